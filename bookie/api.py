@@ -1,0 +1,76 @@
+"""What a ledger client asks of one bookie, in-process or over the network.
+
+The ledger client does striping, quorums, fencing and recovery over a set of these;
+:class:`~magnetar.bookie.local.LocalBookieClient` calls an in-process bookie directly, and the
+cluster's network client speaks the bookie protocol with the same methods.
+"""
+
+from __future__ import annotations
+
+import abc
+
+
+class BookieError(Exception):
+    """Base class of bookie failures."""
+
+
+class BookieUnavailableError(BookieError):
+    """The bookie cannot be reached or is shutting down."""
+
+
+class BookieFencedError(BookieError):
+    """The ledger is fenced on this bookie; adds without the recovery flag are refused."""
+
+
+class BookieReadOnlyError(BookieError):
+    """The bookie is read-only (disk nearly full, or asked to be)."""
+
+
+class BookieNoSuchEntryError(BookieError):
+    """The bookie has no such entry (or no such ledger)."""
+
+
+class BookieUnauthorizedError(BookieError):
+    """The master key does not match the ledger's."""
+
+
+class BookieClient(abc.ABC):
+    """Operations on one bookie. All are bounded by a timeout."""
+
+    address: str
+
+    @abc.abstractmethod
+    async def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        *,
+        recovery: bool = False,
+    ) -> None:
+        """Store one entry; returns after it is fdatasync'ed in the bookie's journal."""
+
+    @abc.abstractmethod
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
+        """Entries ``first..last`` this bookie has, as ``(entry_id, data)`` in order.
+
+        Stops at the first missing entry; raises :class:`BookieNoSuchEntryError` if ``first`` is missing.
+        """
+
+    @abc.abstractmethod
+    async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
+        """``(lac, last_entry_id)``: the highest LAC piggybacked on any add, and the highest entry stored."""
+
+    @abc.abstractmethod
+    async def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
+        """Fence the ledger (later non-recovery adds fail) and return ``(lac, last_entry_id)``."""
+
+    @abc.abstractmethod
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Forget the ledger's entries (space is reclaimed by garbage collection)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the connection."""

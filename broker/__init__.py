@@ -1,0 +1,1 @@
+"""Magnetar broker: Pulsar binary protocol, topics, subscriptions and dispatchers."""

@@ -1,0 +1,1 @@
+"""Pulsar binary protocol: the protobuf schema, framing, checksums and command builders."""

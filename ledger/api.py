@@ -1,0 +1,119 @@
+"""Interface between the managed ledger and the ledger client.
+
+A ledger has a single writer, is append-only with entry ids 0..n, and once closed is
+immutable. The managed ledger only uses these types; whether the bookies are in-process
+(standalone) or remote (cluster) is the ledger client's business.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class LedgerError(Exception):
+    """Base class of ledger failures."""
+
+
+class NoSuchLedgerError(LedgerError):
+    """The ledger does not exist (never created, or deleted)."""
+
+
+class NoSuchEntryError(LedgerError):
+    """The entry is past the last confirmed entry or was never written."""
+
+
+class LedgerFencedError(LedgerError):
+    """Another client opened the ledger for recovery; this writer may not add any more."""
+
+
+class LedgerClosedError(LedgerError):
+    """The ledger is closed for writes."""
+
+
+class NotEnoughBookiesError(LedgerError):
+    """Fewer writable bookies than the ensemble needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    """Replication settings of a new ledger (Pulsar's namespace ``persistence`` policy)."""
+
+    ensemble_size: int = 1
+    write_quorum: int = 1
+    ack_quorum: int = 1
+    password: bytes = b""
+    custom_metadata: dict[str, bytes] = field(default_factory=dict)
+
+
+class LedgerEntry(NamedTuple):
+    """One entry as read back: ids and the exact bytes that were added."""
+
+    ledger_id: int
+    entry_id: int
+    data: bytes
+
+
+class ReadHandle(abc.ABC):
+    """A ledger opened for reading."""
+
+    ledger_id: int
+
+    @property
+    @abc.abstractmethod
+    def last_add_confirmed(self) -> int:
+        """Id of the last entry known to be durably replicated; -1 if the ledger is empty."""
+
+    @property
+    @abc.abstractmethod
+    def length(self) -> int:
+        """Total bytes of the confirmed entries."""
+
+    @abc.abstractmethod
+    async def read(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` inclusive; raises :class:`NoSuchEntryError` past the LAC."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the handle (does not change the ledger)."""
+
+
+class WriteHandle(ReadHandle):
+    """The single writer of a ledger."""
+
+    @abc.abstractmethod
+    async def append(self, data: bytes) -> int:
+        """Add one entry; returns its id once it is durable on an ack quorum of bookies.
+
+        Appends issued concurrently complete in order; they are group-committed.
+        """
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Seal the ledger at its last confirmed entry (metadata compare-and-swap)."""
+
+
+class LedgerClient(abc.ABC):
+    """Creates, opens and deletes ledgers."""
+
+    @abc.abstractmethod
+    async def create_ledger(self, config: LedgerConfig) -> WriteHandle:
+        """Create a new ledger on an ensemble of writable bookies and open it for writing."""
+
+    @abc.abstractmethod
+    async def open_ledger(self, ledger_id: int, *, recovery: bool = True, password: bytes = b"") -> ReadHandle:
+        """Open an existing ledger.
+
+        With ``recovery`` an open ledger is fenced (its writer can no longer add), its true last
+        entry is found and re-replicated, and it is closed there. Without it, the handle sees
+        what is confirmed so far.
+        """
+
+    @abc.abstractmethod
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Delete the ledger and its data; a missing ledger is not an error."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close the client and its bookie connections."""
