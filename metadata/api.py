@@ -146,7 +146,10 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def watch(self, prefix: str, listener: Listener) -> Callable[[], None]:
-        """Call ``listener`` for every change of a key starting with ``prefix``; returns an unsubscribe function."""
+        """Call ``listener`` for every change of a key starting with ``prefix``.
+
+        Returns an unsubscribe function.
+        """
 
     @abc.abstractmethod
     async def create_session(self, ttl_seconds: float = 10.0) -> Session:
