@@ -1,0 +1,483 @@
+"""The bookie: durable storage of ledger entries.
+
+Add path (all on the event loop, no I/O): check the master key and the fence, put the entry into
+the write cache, queue a journal record and return a future that the journal resolves after
+fdatasync. Reads come from the write cache or, for flushed entries, from the entry logs via a
+thread pool (one executor call per read). A checkpoint moves the write cache to the entry logs,
+persists the index and lets old journals go; startup loads the index and replays the journal
+after the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
+
+from .api import (
+    BookieError,
+    BookieFencedError,
+    BookieNoSuchEntryError,
+    BookieReadOnlyError,
+    BookieUnauthorizedError,
+    BookieUnavailableError,
+)
+from .config import BookieConfig
+from .index import LedgerState
+from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
+from .storage import LedgerStorage
+
+log = logging.getLogger(__name__)
+
+_CHECK_TICK_S = 0.25
+_FREE_SPACE_EVERY_S = 10.0
+
+
+class BookieStatus(Enum):
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Bookie:
+    """One bookie's storage, served in-process (see :class:`~magnetar.bookie.local.LocalBookieClient`).
+
+    ``Bookie(BookieConfig(data_dir=...))``, then ``await start()`` ... ``await close()``.
+    """
+
+    def __init__(self, config: BookieConfig) -> None:
+        self.config = config
+        self.status = BookieStatus.NEW
+        self._accepting = False
+        self._read_only = False
+        self._forced_read_only = False
+        self.journal = Journal(
+            config.journal_dir,  # type: ignore[arg-type]
+            file_size=config.journal_file_size,
+            group_max_bytes=config.journal_group_max_bytes,
+            max_wait_s=config.journal_max_wait_s,
+            add_timeout_s=config.add_timeout_s,
+        )
+        self.storage = LedgerStorage(
+            config.ledger_dir,  # type: ignore[arg-type]
+            entry_log_size=config.entry_log_size,
+            index_compact_bytes=config.index_compact_bytes,
+        )
+        self._ledgers: dict[int, LedgerState] = {}
+        # Write cache: ledger -> entry -> data, and the snapshot a running checkpoint is flushing.
+        self._cache: dict[int, dict[int, bytes]] = {}
+        self._cache_bytes = 0
+        self._flushing: dict[int, dict[int, bytes]] | None = None
+        self._flush_fut: asyncio.Future[None] | None = None
+        # Ledgers whose state changed without an entry in the cache (fence, new key), and deletes,
+        # both waiting for the next checkpoint.
+        self._dirty: set[int] = set()
+        self._pending_deletes: set[int] = set()
+        self._last_mark: JournalPosition | None = None
+        self._last_checkpoint = time.monotonic()
+        self._ckpt_lock = asyncio.Lock()
+        self._ckpt_task: asyncio.Task[None] | None = None
+        self._ckpt_executor: ThreadPoolExecutor | None = None
+        self._read_executor: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def address(self) -> str:
+        return self.config.address
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only or self._forced_read_only
+
+    def set_read_only(self, read_only: bool) -> None:
+        """Refuse (or accept again) new adds, e.g. for maintenance."""
+        self._forced_read_only = read_only
+
+    # ---------------------------------------------------------------- life cycle
+
+    async def start(self) -> None:
+        """Load the index, replay the journal, open a new journal file and start serving."""
+        if self.status is not BookieStatus.NEW:
+            raise BookieError(f"bookie cannot start from state {self.status.value}")
+        self.status = BookieStatus.STARTING
+        loop = self._loop = asyncio.get_running_loop()
+        self._ckpt_executor = ThreadPoolExecutor(1, thread_name_prefix="bookie-checkpoint")
+        self._read_executor = ThreadPoolExecutor(self.config.read_threads, thread_name_prefix="bookie-read")
+        timeout = self.config.checkpoint_timeout_s
+        try:
+            states, mark = await asyncio.wait_for(
+                loop.run_in_executor(self._ckpt_executor, self.storage.load), timeout
+            )
+            self._ledgers = states
+            self._last_mark = mark
+            replayed = await asyncio.wait_for(
+                loop.run_in_executor(self._ckpt_executor, self._replay, mark), timeout
+            )
+            await asyncio.wait_for(loop.run_in_executor(self._ckpt_executor, self.journal.open), timeout)
+        except BaseException:
+            self.status = BookieStatus.CLOSED
+            await self._shutdown_executors()
+            raise
+        self.journal.start(loop)
+        self._last_checkpoint = time.monotonic()
+        self._ckpt_task = loop.create_task(self._checkpoint_loop(), name=f"bookie-checkpoint-{self.address}")
+        self.status = BookieStatus.RUNNING
+        self._accepting = True
+        log.info(
+            "bookie %s started: %d ledgers, %d journal records replayed",
+            self.address,
+            len(self._ledgers),
+            replayed,
+        )
+
+    def _replay(self, mark: JournalPosition | None) -> int:
+        """Apply journal records after the checkpoint mark (blocking; before serving)."""
+        n = 0
+        ledgers, cache = self._ledgers, self._cache
+        for rtype, lid, eid, lac, data in self.journal.replay(mark):
+            n += 1
+            if rtype == REC_ADD:
+                st = ledgers.get(lid)
+                if st is None:
+                    log.warning("journal has entries of ledger %d without its key", lid)
+                    st = ledgers[lid] = LedgerState(b"")
+                if lac > st.lac:
+                    st.lac = lac
+                if eid > st.last_entry:
+                    st.last_entry = eid
+                entries = cache.get(lid)
+                if entries is None:
+                    entries = cache[lid] = {}
+                old = entries.get(eid)
+                if old is not None:
+                    self._cache_bytes -= len(old)
+                entries[eid] = data
+                self._cache_bytes += len(data)
+            elif rtype == REC_KEY:
+                if lid not in ledgers:
+                    ledgers[lid] = LedgerState(data)
+                    self._dirty.add(lid)
+            elif rtype == REC_FENCE:
+                st = ledgers.get(lid)
+                if st is not None:
+                    st.fenced = True
+                    self._dirty.add(lid)
+            elif rtype == REC_DELETE:
+                self._forget(lid)
+        return n
+
+    async def close(self) -> None:
+        """Stop accepting requests, write a final checkpoint, stop threads and tasks."""
+        if self.status in (BookieStatus.CLOSING, BookieStatus.CLOSED, BookieStatus.NEW):
+            self.status = BookieStatus.CLOSED
+            return
+        self.status = BookieStatus.CLOSING
+        self._accepting = False
+        if self._ckpt_task is not None:
+            self._ckpt_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ckpt_task
+        await self.journal.close()
+        if self._flush_fut is not None and not self._flush_fut.done():
+            # A checkpoint interrupted by the cancellation above still runs in its thread.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._flush_fut), self.config.checkpoint_timeout_s)
+        try:
+            await self.checkpoint()
+        except Exception:
+            log.exception("final checkpoint of bookie %s failed; the journal will be replayed", self.address)
+        if self._ckpt_executor is not None and self._flushing is None:
+            await self._loop.run_in_executor(self._ckpt_executor, self.storage.close)  # type: ignore[union-attr]
+        await self._shutdown_executors()
+        self.status = BookieStatus.CLOSED
+        log.info("bookie %s closed", self.address)
+
+    async def _shutdown_executors(self) -> None:
+        for ex in (self._read_executor, self._ckpt_executor):
+            if ex is not None:
+                ex.shutdown(wait=False, cancel_futures=True)
+
+    def _check_running(self) -> None:
+        if not self._accepting:
+            raise BookieUnavailableError(f"bookie {self.address} is {self.status.value}")
+
+    # ---------------------------------------------------------------- requests
+
+    def _new_ledger(self, ledger_id: int, master_key: bytes) -> LedgerState:
+        st = self._ledgers[ledger_id] = LedgerState(master_key)
+        # Nobody awaits this record: the add or fence that follows it in the journal does.
+        self.journal.append(REC_KEY, ledger_id, -1, -1, master_key).add_done_callback(_consume)
+        return st
+
+    def add_entry_nowait(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool = False,
+    ) -> asyncio.Future[None]:
+        """Accept one entry; the returned future resolves once it is durable in the journal.
+
+        Raises at once on a wrong key, a fenced ledger or a read-only / stopped bookie. This is
+        the hot path of every publish: keep it free of allocations it does not need.
+        """
+        if not self._accepting:
+            raise BookieUnavailableError(f"bookie {self.address} is {self.status.value}")
+        if self._read_only or self._forced_read_only:
+            raise BookieReadOnlyError(f"bookie {self.address} is read-only")
+        st = self._ledgers.get(ledger_id)
+        if st is None:
+            st = self._new_ledger(ledger_id, master_key)
+        elif st.master_key != master_key:
+            raise BookieUnauthorizedError(f"wrong master key for ledger {ledger_id}")
+        if st.fenced and not recovery:
+            raise BookieFencedError(f"ledger {ledger_id} is fenced")
+        if type(data) is not bytes:
+            data = bytes(data)
+        if last_add_confirmed > st.lac:
+            st.lac = last_add_confirmed
+        if entry_id > st.last_entry:
+            st.last_entry = entry_id
+        entries = self._cache.get(ledger_id)
+        if entries is None:
+            entries = self._cache[ledger_id] = {}
+        old = entries.get(entry_id)
+        if old is not None:
+            self._cache_bytes -= len(old)
+        entries[entry_id] = data
+        self._cache_bytes += len(data)
+        return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data)
+
+    async def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        *,
+        recovery: bool = False,
+    ) -> None:
+        """Store one entry durably (see :meth:`add_entry_nowait`)."""
+        await self.add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
+        """Entries ``first..last`` in order, stopping at the first one this bookie lacks."""
+        self._check_running()
+        if ledger_id not in self._ledgers or first < 0 or last < first:
+            raise BookieNoSuchEntryError(f"no entry {ledger_id}:{first}")
+        cached = self._cache.get(ledger_id)
+        flushing = self._flushing.get(ledger_id) if self._flushing is not None else None
+        locations = self.storage.index.ledgers.get(ledger_id)
+        out: list[bytes | None] = []
+        disk: list[tuple[int, int, int, int]] = []
+        disk_at: list[int] = []
+        eid = first
+        while eid <= last:
+            data = cached.get(eid) if cached is not None else None
+            if data is None and flushing is not None:
+                data = flushing.get(eid)
+            if data is None:
+                loc = locations.lookup(eid) if locations is not None else None
+                if loc is None:
+                    break
+                disk_at.append(len(out))
+                disk.append(loc)
+            out.append(data)
+            eid += 1
+        if not out:
+            raise BookieNoSuchEntryError(f"no entry {ledger_id}:{first}")
+        if disk:
+            fut = self._loop.run_in_executor(self._read_executor, self.storage.read_many, disk)  # type: ignore[union-attr]
+            try:
+                datas = await asyncio.wait_for(fut, self.config.read_timeout_s)
+            except TimeoutError as e:
+                raise BookieUnavailableError(f"read of ledger {ledger_id} timed out") from e
+            for i, data in zip(disk_at, datas, strict=True):
+                out[i] = data
+        return list(zip(range(first, first + len(out)), out, strict=True))  # type: ignore[arg-type]
+
+    async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
+        """``(lac, last_entry_id)`` as known to this bookie."""
+        self._check_running()
+        st = self._ledgers.get(ledger_id)
+        if st is None:
+            raise BookieNoSuchEntryError(f"no ledger {ledger_id}")
+        return st.lac, st.last_entry
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
+        """Fence the ledger (durably) and return ``(lac, last_entry_id)``."""
+        self._check_running()
+        st = self._ledgers.get(ledger_id)
+        if st is None:
+            # Fencing a ledger this bookie never saw still has to stop a slow writer later.
+            st = self._new_ledger(ledger_id, master_key)
+        elif st.master_key != master_key:
+            raise BookieUnauthorizedError(f"wrong master key for ledger {ledger_id}")
+        st.fenced = True
+        self._dirty.add(ledger_id)
+        result = (st.lac, st.last_entry)
+        # Resolves after every add accepted before it is durable too (journal order).
+        await self.journal.append(REC_FENCE, ledger_id, -1, st.lac, b"")
+        return result
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Forget the ledger; its space is reclaimed by the next checkpoint's garbage collection."""
+        self._check_running()
+        if ledger_id not in self._ledgers:
+            return
+        self._forget(ledger_id)
+        await self.journal.append(REC_DELETE, ledger_id, -1, -1, b"")
+
+    def _forget(self, ledger_id: int) -> None:
+        self._ledgers.pop(ledger_id, None)
+        entries = self._cache.pop(ledger_id, None)
+        if entries:
+            self._cache_bytes -= sum(map(len, entries.values()))
+        self._dirty.discard(ledger_id)
+        self._pending_deletes.add(ledger_id)
+
+    # ---------------------------------------------------------------- checkpoints
+
+    async def checkpoint(self) -> None:
+        """Flush the write cache to the entry log, persist the index, delete old journals."""
+        if self._ckpt_executor is None:
+            return
+        try:
+            await asyncio.wait_for(self._ckpt_lock.acquire(), self.config.checkpoint_timeout_s)
+        except TimeoutError as e:
+            raise BookieError("checkpoint lock wait timed out") from e
+        try:
+            await self._checkpoint_locked()
+        finally:
+            self._ckpt_lock.release()
+
+    async def _checkpoint_locked(self) -> None:
+        if self._flushing is not None:
+            raise BookieError("the previous checkpoint is still running")
+        mark = self.journal.synced_position
+        snapshot = self._cache
+        if not snapshot and not self._dirty and not self._pending_deletes and mark == self._last_mark:
+            self._last_checkpoint = time.monotonic()
+            return
+        self._cache = {}
+        self._cache_bytes = 0
+        self._flushing = snapshot
+        dirty = self._dirty | snapshot.keys()
+        self._dirty = set()
+        states = {lid: st.copy() for lid in dirty if (st := self._ledgers.get(lid)) is not None}
+        deleted = sorted(self._pending_deletes)
+        self._pending_deletes = set()
+        loop = self._loop
+        assert loop is not None
+        fut = self._flush_fut = loop.run_in_executor(
+            self._ckpt_executor, self._flush, snapshot, states, deleted, mark
+        )
+        fut.add_done_callback(lambda f: self._flush_done(f, snapshot, dirty, deleted, mark))
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self.config.checkpoint_timeout_s)
+        except TimeoutError as e:
+            raise BookieError("checkpoint timed out") from e
+
+    def _flush(self, snapshot, states, deleted, mark) -> None:  # type: ignore[no-untyped-def]
+        removed = self.storage.flush(snapshot, states, deleted, mark)
+        journals = self.journal.delete_before(mark.seq)
+        log.debug(
+            "checkpoint at %s: %d ledgers flushed, %d journals and %d entry logs removed",
+            mark,
+            len(snapshot),
+            journals,
+            len(removed),
+        )
+
+    def _flush_done(self, fut, snapshot, dirty, deleted, mark) -> None:  # type: ignore[no-untyped-def]
+        """Runs on the loop when the flush thread finishes, even if the waiter timed out."""
+        self._flushing = None
+        self._last_checkpoint = time.monotonic()
+        if fut.cancelled() or fut.exception() is not None:
+            exc = None if fut.cancelled() else fut.exception()
+            log.error("checkpoint failed (data stays in the journal): %r", exc)
+            # Put everything back so the next checkpoint retries it; newer data wins.
+            for lid, entries in snapshot.items():
+                if lid not in self._ledgers:
+                    continue
+                current = self._cache.setdefault(lid, {})
+                for eid, data in entries.items():
+                    if eid not in current:
+                        current[eid] = data
+                        self._cache_bytes += len(data)
+            self._dirty |= {lid for lid in dirty if lid in self._ledgers}
+            self._pending_deletes |= set(deleted)
+            return
+        self._last_mark = mark
+
+    async def _checkpoint_loop(self) -> None:
+        cfg = self.config
+        last_space_check = 0.0
+        while True:
+            await asyncio.sleep(_CHECK_TICK_S)
+            now = time.monotonic()
+            if now - last_space_check >= _FREE_SPACE_EVERY_S:
+                last_space_check = now
+                await self._check_free_space()
+            due = now - self._last_checkpoint >= cfg.checkpoint_interval_s
+            if (due or self._cache_bytes >= cfg.write_cache_max_bytes) and self._flushing is None:
+                try:
+                    await self.checkpoint()
+                except BookieError as e:
+                    log.warning("checkpoint skipped: %s", e)
+
+    async def _check_free_space(self) -> None:
+        dirs = {self.config.journal_dir, self.config.ledger_dir}
+        try:
+            free = await asyncio.wait_for(
+                asyncio.to_thread(lambda: min(shutil.disk_usage(d).free for d in dirs)),  # type: ignore[arg-type]
+                self.config.read_timeout_s,
+            )
+        except (OSError, TimeoutError) as e:
+            log.warning("free space check failed: %s", e)
+            return
+        read_only = free < self.config.min_free_bytes
+        if read_only != self._read_only:
+            log.warning(
+                "bookie %s is now %s (%d bytes free)",
+                self.address,
+                "read-only" if read_only else "writable",
+                free,
+            )
+            self._read_only = read_only
+
+    # ---------------------------------------------------------------- introspection
+
+    def ledger_state(self, ledger_id: int) -> LedgerState | None:
+        """A copy of the ledger's state, or None (for tests and tools)."""
+        st = self._ledgers.get(ledger_id)
+        return None if st is None else st.copy()
+
+    def ledger_ids(self) -> list[int]:
+        return sorted(self._ledgers)
+
+    def entry_ids(self, ledger_id: int) -> list[int]:
+        """Ids of the entries of ``ledger_id`` stored here (cache and disk), sorted."""
+        if ledger_id not in self._ledgers:
+            return []
+        ids: set[int] = set(self._cache.get(ledger_id, ()))
+        if self._flushing is not None:
+            ids.update(self._flushing.get(ledger_id, ()))
+        locations = self.storage.index.ledgers.get(ledger_id)
+        if locations is not None:
+            ids.update(locations.entry_ids())
+        return sorted(ids)
+
+
+def _consume(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()

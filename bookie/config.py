@@ -1,0 +1,67 @@
+"""Configuration of one bookie."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+@dataclass(slots=True)
+class BookieConfig:
+    """Settings of a :class:`~magnetar.bookie.bookie.Bookie`.
+
+    Only ``data_dir`` is required; the defaults suit a standalone broker. Tests shrink the file
+    sizes so rotation, checkpoints and garbage collection happen with little data.
+    """
+
+    data_dir: Path
+    #: Identity the ledger metadata records for this bookie (host:port once it is networked).
+    address: str = "127.0.0.1:3181"
+    #: Journal directory (defaults to ``data_dir/journal``); ideally a separate device.
+    journal_dir: Path | None = None
+    #: Entry log + index directory (defaults to ``data_dir/ledgers``).
+    ledger_dir: Path | None = None
+
+    #: Size of a journal file; files are pre-written with zeros and rotated when full.
+    journal_file_size: int = 64 * MiB
+    #: A group commit takes at most about this many bytes (one write + one fdatasync).
+    journal_group_max_bytes: int = 512 * KiB
+    #: Extra time the journal writer waits for more adds after waking up from idle (0 = natural
+    #: batching only: the next group starts as soon as the previous fdatasync returns).
+    journal_max_wait_s: float = 0.0
+    #: Adds whose journal write has not completed after this long fail with BookieUnavailableError.
+    add_timeout_s: float = 30.0
+
+    #: Entry log files are rotated at this size (must stay below 4 GiB: offsets are 32-bit).
+    entry_log_size: int = 128 * MiB
+    #: Checkpoint at least this often: flush the write cache to the entry log, persist the index,
+    #: delete journals wholly before the checkpoint.
+    checkpoint_interval_s: float = 5.0
+    #: ... and also as soon as the write cache holds this many bytes.
+    write_cache_max_bytes: int = 64 * MiB
+    #: Upper bound of one checkpoint (a slow disk fails it; the journal still has the data).
+    checkpoint_timeout_s: float = 120.0
+    #: Rewrite the index log in one piece when it grows past this size and twice its live size.
+    index_compact_bytes: int = 16 * MiB
+
+    #: Threads doing disk reads (os.pread) for read_entries.
+    read_threads: int = 2
+    read_timeout_s: float = 30.0
+    #: Become read-only when the ledger or journal filesystem has less free space than this.
+    min_free_bytes: int = 256 * MiB
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if self.journal_dir is None:
+            self.journal_dir = self.data_dir / "journal"
+        if self.ledger_dir is None:
+            self.ledger_dir = self.data_dir / "ledgers"
+        self.journal_dir = Path(self.journal_dir)
+        self.ledger_dir = Path(self.ledger_dir)
+        if not 0 < self.entry_log_size < 4 * 1024 * MiB:
+            raise ValueError("entry_log_size must be between 1 byte and 4 GiB")
+        if self.journal_file_size < 4 * KiB:
+            raise ValueError("journal_file_size must be at least 4 KiB")

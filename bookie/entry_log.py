@@ -1,0 +1,217 @@
+"""Entry log files: the long-term home of entries, written in bulk at checkpoints.
+
+``<log_id:08x>.log`` holds a 16-byte header and then records::
+
+    length u32 | crc32c(data) u32 | ledger_id i64 | entry_id i64 | data[length]
+
+The index points at the data (just after a record header) so a read is a single ``pread``; runs
+of adjacent entries are fetched with one ``pread`` and sliced. The header makes every file
+self-describing (for a future compactor or index rebuild).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import threading
+from pathlib import Path
+
+from crc32c import crc32c
+
+from .api import BookieError, BookieNoSuchEntryError
+
+log = logging.getLogger(__name__)
+
+_FILE_MAGIC = b"MGL1"
+_FILE_HDR = struct.Struct("<4sIQ")  # magic, version, log id
+ENTRY_HEADER = struct.Struct("<IIqq")
+ENTRY_HEADER_SIZE = ENTRY_HEADER.size
+_SUFFIX = ".log"
+_WRITE_CHUNK = 4 << 20
+
+
+def entry_log_ids(directory: Path) -> list[int]:
+    """Ids of the entry log files present in ``directory``."""
+    ids = []
+    for p in directory.glob(f"*{_SUFFIX}"):
+        with contextlib.suppress(ValueError):
+            ids.append(int(p.stem, 16))
+    return sorted(ids)
+
+
+def entry_log_path(directory: Path, log_id: int) -> Path:
+    return directory / f"{log_id:08x}{_SUFFIX}"
+
+
+class EntryLogWriter:
+    """Appends entries to the current entry log, rotating by size (used by one thread at a time).
+
+    Writes are buffered; :meth:`sync` writes the buffer and fsyncs every file touched since the
+    previous sync. A new process never appends to an older file: it starts a new one, so a tail
+    torn by a crash is never followed by live data.
+    """
+
+    def __init__(self, directory: Path, max_size: int) -> None:
+        self.directory = Path(directory)
+        self.max_size = max_size
+        self.log_id = -1
+        self._fd = -1
+        self._pos = 0
+        self._parts: list[bytes] = []
+        self._pending = 0
+        self._unsynced: list[int] = []  # fds of rolled files waiting for their final fsync
+
+    def open(self) -> None:
+        """Start a new log after the existing ones (blocking)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ids = entry_log_ids(self.directory)
+        self._start(ids[-1] + 1 if ids else 1)
+
+    def _start(self, log_id: int) -> None:
+        fd = os.open(entry_log_path(self.directory, log_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, _FILE_HDR.pack(_FILE_MAGIC, 1, log_id))
+        self.log_id, self._fd, self._pos = log_id, fd, _FILE_HDR.size
+
+    def add(self, ledger_id: int, entry_id: int, data: bytes) -> tuple[int, int, int]:
+        """Buffer one entry; returns ``(log_id, data offset, crc32c)``."""
+        n = len(data)
+        if self._pos + ENTRY_HEADER_SIZE + n > self.max_size and self._pos > _FILE_HDR.size:
+            self._roll()
+        crc = crc32c(data)
+        self._parts.append(ENTRY_HEADER.pack(n, crc, ledger_id, entry_id))
+        self._parts.append(data)
+        off = self._pos + ENTRY_HEADER_SIZE
+        self._pos = off + n
+        self._pending += ENTRY_HEADER_SIZE + n
+        if self._pending >= _WRITE_CHUNK:
+            self._write_out()
+        return self.log_id, off, crc
+
+    def _write_out(self) -> None:
+        if not self._parts:
+            return
+        buf = memoryview(b"".join(self._parts))
+        self._parts.clear()
+        self._pending = 0
+        while buf:
+            buf = buf[os.write(self._fd, buf) :]
+
+    def _roll(self) -> None:
+        self._write_out()
+        self._unsynced.append(self._fd)
+        self._start(self.log_id + 1)
+
+    def sync(self) -> None:
+        """Write buffered entries and fsync every file written since the last sync."""
+        self._write_out()
+        for fd in self._unsynced:
+            os.fsync(fd)
+            os.close(fd)
+        if self._unsynced:
+            self._fsync_dir()
+        self._unsynced.clear()
+        os.fsync(self._fd)
+
+    def _fsync_dir(self) -> None:
+        dfd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            self.sync()
+            os.close(self._fd)
+            self._fd = -1
+
+
+class EntryLogReader:
+    """Reads entries with ``os.pread``; thread-safe, file descriptors cached and ref-counted.
+
+    Garbage collection may remove a log while a read thread uses it: :meth:`retire` closes the
+    descriptor only once no read holds it, so a descriptor number is never reused under a reader.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._lock = threading.Lock()
+        self._fds: dict[int, int] = {}
+        self._refs: dict[int, int] = {}
+        self._retired: set[int] = set()
+
+    def _acquire(self, log_id: int) -> int:
+        with self._lock:
+            if log_id in self._retired:
+                raise BookieNoSuchEntryError(f"entry log {log_id} was garbage collected")
+            fd = self._fds.get(log_id)
+            if fd is None:
+                try:
+                    fd = os.open(entry_log_path(self.directory, log_id), os.O_RDONLY)
+                except FileNotFoundError as e:
+                    raise BookieNoSuchEntryError(f"entry log {log_id} is missing") from e
+                self._fds[log_id] = fd
+            self._refs[log_id] = self._refs.get(log_id, 0) + 1
+            return fd
+
+    def _release(self, log_id: int) -> None:
+        with self._lock:
+            n = self._refs[log_id] - 1
+            if n:
+                self._refs[log_id] = n
+                return
+            del self._refs[log_id]
+            if log_id in self._retired:
+                os.close(self._fds.pop(log_id))
+
+    def retire(self, log_id: int) -> None:
+        """The log is being deleted: close its descriptor once unused."""
+        with self._lock:
+            self._retired.add(log_id)
+            if log_id not in self._refs and log_id in self._fds:
+                os.close(self._fds.pop(log_id))
+
+    def read_many(self, items: list[tuple[int, int, int, int]]) -> list[bytes]:
+        """Read ``(log_id, offset, length, crc)`` items (blocking); adjacent ones share one pread."""
+        out: list[bytes] = []
+        i, n = 0, len(items)
+        while i < n:
+            log_id, off, length, _ = items[i]
+            # Extend the run while the next entry directly follows in the same file.
+            j, end = i + 1, off + length
+            while j < n and j - i < 4096:
+                nlog, noff, nlen, _ = items[j]
+                if nlog != log_id or noff != end + ENTRY_HEADER_SIZE:
+                    break
+                end = noff + nlen
+                j += 1
+            fd = self._acquire(log_id)
+            try:
+                buf = os.pread(fd, end - off, off)
+            finally:
+                self._release(log_id)
+            if len(buf) != end - off:
+                raise BookieError(f"entry log {log_id}: short read at offset {off}")
+            if j == i + 1:
+                chunks = [buf]
+            else:
+                chunks = []
+                for k in range(i, j):
+                    _, koff, klen, _ = items[k]
+                    rel = koff - off
+                    chunks.append(buf[rel : rel + klen])
+            for k, data in zip(range(i, j), chunks, strict=True):
+                if crc32c(data) != items[k][3]:
+                    raise BookieError(f"entry log {log_id}: checksum mismatch at offset {items[k][1]}")
+                out.append(data)
+            i = j
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds.clear()

@@ -1,0 +1,337 @@
+"""Entry index and per-ledger state, persisted as an append-only index file.
+
+In memory each ledger has three arrays indexed by ``entry_id - base``: location (``log_id << 32 |
+offset``, -1 for "not here"), length and crc32c. Dense arrays cost 16 bytes per entry and no
+Python object per entry; ledgers are rolled over by the managed ledger, so they stay bounded.
+
+On disk, ``index.dat`` is a sequence of chunks, one per checkpoint::
+
+    magic 'MGI1' | body length u32 | crc32c(body) u32 | body
+
+holding the journal mark of that checkpoint, deleted ledgers, changed ledger states, the new
+entry locations (as runs) and which entry logs hold which ledgers. Loading applies the chunks in
+order; a torn last chunk is ignored (its checkpoint never happened: the journal is replayed from
+the previous mark). When the file grows well past its live content it is rewritten in one chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+from crc32c import crc32c
+
+from .journal import JournalPosition
+
+log = logging.getLogger(__name__)
+
+_CHUNK_MAGIC = b"MGI1"
+_CHUNK_HDR = struct.Struct("<4sII")
+_MARK = struct.Struct("<qq")
+_COUNT = struct.Struct("<I")
+_LID = struct.Struct("<q")
+_STATE = struct.Struct("<qBqqH")  # ledger, fenced, lac, last entry, key length
+_BLOCK = struct.Struct("<qqI")  # ledger, first entry, count
+_MEMBER = struct.Struct("<Iq")  # log id, ledger
+_INDEX_FILE = "index.dat"
+
+
+class LedgerState:
+    """What a bookie knows about one ledger besides its entries (owned by the event loop)."""
+
+    __slots__ = ("fenced", "lac", "last_entry", "master_key")
+
+    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1, last_entry: int = -1) -> None:
+        self.master_key = master_key
+        self.fenced = fenced
+        self.lac = lac
+        self.last_entry = last_entry
+
+    def copy(self) -> LedgerState:
+        return LedgerState(self.master_key, self.fenced, self.lac, self.last_entry)
+
+    def __repr__(self) -> str:
+        return f"LedgerState(fenced={self.fenced}, lac={self.lac}, last_entry={self.last_entry})"
+
+
+@dataclass(slots=True)
+class Block:
+    """Locations of a run of entries ``first .. first+len(locs)-1`` of one ledger (-1 = hole)."""
+
+    ledger_id: int
+    first: int
+    locs: array
+    lens: array
+    crcs: array
+
+
+class LedgerLocations:
+    """Where the entries of one ledger are stored."""
+
+    __slots__ = ("base", "crcs", "lens", "locs")
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.locs = array("q")
+        self.lens = array("I")
+        self.crcs = array("I")
+
+    def lookup(self, entry_id: int) -> tuple[int, int, int, int] | None:
+        """``(log_id, offset, length, crc)`` or None."""
+        i = entry_id - self.base
+        if 0 <= i < len(self.locs):
+            loc = self.locs[i]
+            if loc >= 0:
+                return loc >> 32, loc & 0xFFFFFFFF, self.lens[i], self.crcs[i]
+        return None
+
+    def merge(self, b: Block) -> None:
+        """Add a run of locations; holes in ``b`` keep what was already known."""
+        n = len(b.locs)
+        if n == 0:
+            return
+        if not self.locs:
+            self.base = b.first
+        elif b.first < self.base:
+            # Rare (entries arriving below everything seen so far): re-base the arrays.
+            pad = self.base - b.first
+            self.locs = array("q", [-1]) * pad + self.locs
+            self.lens = array("I", [0]) * pad + self.lens
+            self.crcs = array("I", [0]) * pad + self.crcs
+            self.base = b.first
+        start = b.first - self.base
+        end = start + n
+        grow = end - len(self.locs)
+        if grow > 0:
+            self.locs.extend(array("q", [-1]) * grow)
+            self.lens.extend(array("I", [0]) * grow)
+            self.crcs.extend(array("I", [0]) * grow)
+        if max(self.locs[start:end]) < 0:
+            self.locs[start:end] = b.locs
+            self.lens[start:end] = b.lens
+            self.crcs[start:end] = b.crcs
+            return
+        for i, loc in enumerate(b.locs):
+            if loc >= 0:
+                self.locs[start + i] = loc
+                self.lens[start + i] = b.lens[i]
+                self.crcs[start + i] = b.crcs[i]
+
+    def as_block(self, ledger_id: int) -> Block:
+        return Block(ledger_id, self.base, self.locs, self.lens, self.crcs)
+
+    def entry_ids(self) -> list[int]:
+        return [self.base + i for i, loc in enumerate(self.locs) if loc >= 0]
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """What one checkpoint adds to the index log."""
+
+    mark: JournalPosition
+    deleted: list[int]
+    states: dict[int, LedgerState]
+    blocks: list[Block]
+    members: list[tuple[int, int]]  # (log id, ledger id)
+
+
+class LedgerIndex:
+    """In-memory locations of flushed entries plus the index log that persists them.
+
+    Mutated only by the checkpoint thread (and at load, before the bookie serves); lookups come
+    from the event loop. Single operations on arrays and dicts are atomic under the GIL, and the
+    bookie keeps serving flushed entries from its write cache until the index has them.
+    """
+
+    def __init__(self, directory: Path, compact_bytes: int) -> None:
+        self.directory = Path(directory)
+        self.compact_bytes = compact_bytes
+        self.ledgers: dict[int, LedgerLocations] = {}
+        #: Last persisted state of every live ledger (what compaction writes).
+        self.states: dict[int, LedgerState] = {}
+        self.log_ledgers: dict[int, set[int]] = {}
+        self.ledger_logs: dict[int, set[int]] = {}
+        self.mark: JournalPosition | None = None
+        self._path = self.directory / _INDEX_FILE
+        self._fd = -1
+        self._size = 0
+        self.compactions = 0
+
+    # ---------------------------------------------------------------- lookups (event loop)
+
+    def lookup(self, ledger_id: int, entry_id: int) -> tuple[int, int, int, int] | None:
+        locs = self.ledgers.get(ledger_id)
+        return None if locs is None else locs.lookup(entry_id)
+
+    # ---------------------------------------------------------------- load
+
+    def load(self) -> None:
+        """Read ``index.dat`` (blocking), dropping a torn tail, and open it for appending."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self._path.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        data = self._path.read_bytes() if self._path.exists() else b""
+        pos, chunks = 0, 0
+        while pos + _CHUNK_HDR.size <= len(data):
+            magic, length, crc = _CHUNK_HDR.unpack_from(data, pos)
+            body_end = pos + _CHUNK_HDR.size + length
+            if magic != _CHUNK_MAGIC or body_end > len(data):
+                break
+            body = memoryview(data)[pos + _CHUNK_HDR.size : body_end]
+            if crc32c(body) != crc:
+                break
+            self._apply(_decode(body))
+            chunks += 1
+            pos = body_end
+        if pos != len(data):
+            log.warning("index log: ignoring %d bytes of torn tail", len(data) - pos)
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.ftruncate(self._fd, pos)
+        os.lseek(self._fd, pos, os.SEEK_SET)
+        self._size = pos
+        log.debug("index: %d chunks, %d ledgers, mark %s", chunks, len(self.states), self.mark)
+
+    def _apply(self, cp: Checkpoint) -> None:
+        self.apply_deletes(cp.deleted)
+        self.states.update(cp.states)
+        for b in cp.blocks:
+            self.add_block(b)
+        for log_id, ledger_id in cp.members:
+            self.add_member(log_id, ledger_id)
+        self.mark = cp.mark
+
+    # ---------------------------------------------------------------- updates (checkpoint thread)
+
+    def apply_deletes(self, deleted: list[int]) -> None:
+        for lid in deleted:
+            self.ledgers.pop(lid, None)
+            self.states.pop(lid, None)
+            for log_id in self.ledger_logs.pop(lid, ()):
+                members = self.log_ledgers.get(log_id)
+                if members is not None:
+                    members.discard(lid)
+
+    def add_block(self, b: Block) -> None:
+        locs = self.ledgers.get(b.ledger_id)
+        if locs is None:
+            locs = self.ledgers[b.ledger_id] = LedgerLocations()
+        locs.merge(b)
+
+    def add_member(self, log_id: int, ledger_id: int) -> None:
+        self.log_ledgers.setdefault(log_id, set()).add(ledger_id)
+        self.ledger_logs.setdefault(ledger_id, set()).add(log_id)
+
+    def unreferenced_logs(self, exclude: int) -> list[int]:
+        """Entry logs that hold no live ledger any more (candidates for deletion)."""
+        return [lid for lid, members in self.log_ledgers.items() if not members and lid != exclude]
+
+    def forget_log(self, log_id: int) -> None:
+        self.log_ledgers.pop(log_id, None)
+
+    def persist(self, cp: Checkpoint) -> None:
+        """Append one checkpoint chunk and fsync (blocking)."""
+        chunk = _encode(cp)
+        mv = memoryview(chunk)
+        while mv:
+            mv = mv[os.write(self._fd, mv) :]
+        os.fsync(self._fd)
+        self._size += len(chunk)
+        self.mark = cp.mark
+        self.states.update(cp.states)
+
+    def maybe_compact(self) -> bool:
+        """Rewrite the index log as one chunk when it has grown well past its live size (blocking)."""
+        live = 64 + sum(16 * len(x.locs) + 16 for x in self.ledgers.values()) + 64 * len(self.states)
+        if self._size < self.compact_bytes or self._size < 2 * live or self.mark is None:
+            return False
+        members = [(lg, ld) for lg, lds in self.log_ledgers.items() for ld in lds]
+        cp = Checkpoint(
+            self.mark, [], dict(self.states), [x.as_block(lid) for lid, x in self.ledgers.items()], members
+        )
+        chunk = _encode(cp)
+        tmp = self._path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            mv = memoryview(chunk)
+            while mv:
+                mv = mv[os.write(fd, mv) :]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.rename(tmp, self._path)
+        dfd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        os.close(self._fd)
+        self._fd = fd
+        log.debug("index log compacted from %d to %d bytes", self._size, len(chunk))
+        self._size = len(chunk)
+        self.compactions += 1
+        return True
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+
+
+def _encode(cp: Checkpoint) -> bytes:
+    parts: list[bytes] = [_MARK.pack(cp.mark.seq, cp.mark.offset), _COUNT.pack(len(cp.deleted))]
+    parts.extend(_LID.pack(lid) for lid in cp.deleted)
+    parts.append(_COUNT.pack(len(cp.states)))
+    for lid, st in cp.states.items():
+        parts.append(_STATE.pack(lid, st.fenced, st.lac, st.last_entry, len(st.master_key)))
+        parts.append(st.master_key)
+    parts.append(_COUNT.pack(len(cp.blocks)))
+    for b in cp.blocks:
+        parts.append(_BLOCK.pack(b.ledger_id, b.first, len(b.locs)))
+        parts.append(b.locs.tobytes())
+        parts.append(b.lens.tobytes())
+        parts.append(b.crcs.tobytes())
+    parts.append(_COUNT.pack(len(cp.members)))
+    parts.extend(_MEMBER.pack(log_id, lid) for log_id, lid in cp.members)
+    body = b"".join(parts)
+    return _CHUNK_HDR.pack(_CHUNK_MAGIC, len(body), crc32c(body)) + body
+
+
+def _decode(body: memoryview) -> Checkpoint:
+    pos = 0
+
+    def take(s: struct.Struct) -> tuple:
+        nonlocal pos
+        v = s.unpack_from(body, pos)
+        pos += s.size
+        return v
+
+    seq, off = take(_MARK)
+    (n,) = take(_COUNT)
+    deleted = [take(_LID)[0] for _ in range(n)]
+    (n,) = take(_COUNT)
+    states: dict[int, LedgerState] = {}
+    for _ in range(n):
+        lid, fenced, lac, last, klen = take(_STATE)
+        states[lid] = LedgerState(bytes(body[pos : pos + klen]), bool(fenced), lac, last)
+        pos += klen
+    (n,) = take(_COUNT)
+    blocks = []
+    for _ in range(n):
+        lid, first, count = take(_BLOCK)
+        arrs = []
+        for code, size in (("q", 8), ("I", 4), ("I", 4)):
+            a = array(code)
+            a.frombytes(body[pos : pos + size * count])
+            pos += size * count
+            arrs.append(a)
+        blocks.append(Block(lid, first, *arrs))
+    (n,) = take(_COUNT)
+    members = [take(_MEMBER) for _ in range(n)]
+    return Checkpoint(JournalPosition(seq, off), deleted, states, blocks, members)

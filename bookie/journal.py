@@ -1,0 +1,419 @@
+"""Write-ahead journal with group commit.
+
+Every add (and every fence, ledger key and ledger delete) is appended here and acknowledged only
+once it is on disk. A dedicated writer thread takes everything queued since its last write, writes
+it with one ``pwrite``, calls ``fdatasync`` once and then resolves the whole group's futures with a
+single ``loop.call_soon_threadsafe``. While it syncs, new adds pile up into the next group, so the
+group size adapts to the load by itself ("natural batching").
+
+File layout: ``<seq:016x>.journal``, pre-written with zeros to ``file_size`` (overwriting allocated
+blocks makes fdatasync cheaper than appending or fallocate), a 16-byte header, then records::
+
+    crc32c u32 | length u32 | type u8 | ledger_id i64 | entry_id i64 | lac i64 | data[length]
+
+The CRC covers everything after itself. Replay stops at the first record that is zero, truncated
+or fails its CRC: that is the torn tail of a write that was never acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future as ThreadFuture
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from .api import BookieError, BookieUnavailableError
+
+log = logging.getLogger(__name__)
+
+#: Record types.
+REC_ADD = 1
+REC_KEY = 2  # data = master key; written when a ledger is first seen
+REC_FENCE = 3
+REC_DELETE = 4
+_VALID_TYPES = frozenset((REC_ADD, REC_KEY, REC_FENCE, REC_DELETE))
+
+_FILE_MAGIC = b"MGJ1"
+_FILE_HDR = struct.Struct("<4sIQ")  # magic, format version, sequence number
+_CRC = struct.Struct("<I")
+_REC_TAIL = struct.Struct("<IBqqq")  # length, type, ledger, entry, lac (the part after the crc)
+REC_HEADER_SIZE = _CRC.size + _REC_TAIL.size
+_ZEROS = bytes(1 << 20)
+_SUFFIX = ".journal"
+
+
+class JournalPosition(NamedTuple):
+    """A point in the journal: file sequence number and byte offset inside it."""
+
+    seq: int
+    offset: int
+
+
+class JournalRecord(NamedTuple):
+    """One record found by :meth:`Journal.replay`."""
+
+    type: int
+    ledger_id: int
+    entry_id: int
+    lac: int
+    data: bytes
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _journal_files(directory: Path) -> list[tuple[int, Path]]:
+    files = []
+    for p in directory.iterdir():
+        if p.suffix == _SUFFIX:
+            try:
+                files.append((int(p.stem, 16), p))
+            except ValueError:
+                log.warning("ignoring stray file %s in journal directory", p)
+    files.sort()
+    return files
+
+
+class Journal:
+    """The group-committing journal of one bookie.
+
+    Life cycle: :meth:`replay` (blocking, before start) -> :meth:`open` (blocking: first file) ->
+    :meth:`start` (on the event loop) -> :meth:`append` ... -> :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        file_size: int,
+        group_max_bytes: int,
+        max_wait_s: float = 0.0,
+        add_timeout_s: float = 30.0,
+    ) -> None:
+        self.directory = Path(directory)
+        self.file_size = file_size
+        self.group_max_bytes = group_max_bytes
+        self.max_wait_s = max_wait_s
+        self.add_timeout_s = add_timeout_s
+        #: Total bytes written since start (drives checkpoints).
+        self.bytes_written = 0
+        #: Group commits done (one write + one fdatasync each) and the biggest one, for tests and stats.
+        self.groups_written = 0
+        self.max_group_bytes = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        # Current (open) group and groups sealed because they reached group_max_bytes.
+        self._buf = bytearray()
+        self._futs: list[asyncio.Future[None]] = []
+        self._sealed: collections.deque[tuple[bytearray, list[asyncio.Future[None]]]] = collections.deque()
+        self._idle = False
+        self._stopping = False
+        self._failed: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_done: asyncio.Future[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        # (start time, futures) of the group being written, for the watchdog.
+        self._inflight: tuple[float, list[asyncio.Future[None]]] | None = None
+        # Owned by the writer thread after open().
+        self._seq = 0
+        self._fd = -1
+        self._size = 0
+        self._off = 0
+        self._synced = JournalPosition(0, 0)
+        self._prealloc = ThreadPoolExecutor(1, thread_name_prefix="journal-prealloc")
+        self._next_file: ThreadFuture[tuple[int, int]] | None = None
+
+    # ---------------------------------------------------------------- replay (before start)
+
+    def replay(self, start: JournalPosition | None) -> Iterator[JournalRecord]:
+        """Yield every intact record at or after ``start`` (blocking; run in a thread)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for p in self.directory.glob("*.tmp"):
+            p.unlink()  # an interrupted pre-allocation
+        for seq, path in _journal_files(self.directory):
+            self._seq = max(self._seq, seq)
+            if start is not None and seq < start.seq:
+                continue
+            data = path.read_bytes()
+            if len(data) < _FILE_HDR.size:
+                continue
+            magic, _version, hdr_seq = _FILE_HDR.unpack_from(data, 0)
+            if magic != _FILE_MAGIC or hdr_seq != seq:
+                log.warning("journal file %s has a bad header; skipped", path)
+                continue
+            pos = start.offset if start is not None and seq == start.seq else _FILE_HDR.size
+            yield from self._replay_file(path, data, max(pos, _FILE_HDR.size))
+
+    @staticmethod
+    def _replay_file(path: Path, data: bytes, pos: int) -> Iterator[JournalRecord]:
+        mv = memoryview(data)
+        end = len(data)
+        count = 0
+        while pos + REC_HEADER_SIZE <= end:
+            (crc,) = _CRC.unpack_from(data, pos)
+            length, rtype, ledger_id, entry_id, lac = _REC_TAIL.unpack_from(data, pos + 4)
+            stop = pos + REC_HEADER_SIZE + length
+            if rtype not in _VALID_TYPES or stop > end:
+                break
+            if crc32c(mv[pos + 4 : stop]) != crc:
+                log.info("journal %s: torn or corrupt record at offset %d ignored", path.name, pos)
+                break
+            yield JournalRecord(rtype, ledger_id, entry_id, lac, bytes(mv[pos + REC_HEADER_SIZE : stop]))
+            count += 1
+            pos = stop
+        log.debug("journal %s: replayed %d records", path.name, count)
+
+    # ---------------------------------------------------------------- files
+
+    def _create_file(self, seq: int, size: int) -> int:
+        """Create ``seq``'s file pre-written with zeros; returns an fd open for writing."""
+        path = self.directory / f"{seq:016x}{_SUFFIX}"
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, _FILE_HDR.pack(_FILE_MAGIC, 1, seq))
+            left = size - _FILE_HDR.size
+            while left > 0:
+                left -= os.write(fd, memoryview(_ZEROS)[: min(left, len(_ZEROS))])
+            os.fsync(fd)
+            os.rename(tmp, path)
+            _fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _prepare_next(self) -> None:
+        seq = self._seq + 1
+        size = self.file_size
+
+        def create() -> tuple[int, int]:
+            return self._create_file(seq, size), size
+
+        self._next_file = self._prealloc.submit(create)
+
+    def open(self) -> None:
+        """Create a fresh journal file after the existing ones (blocking)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for seq, _ in _journal_files(self.directory):
+            self._seq = max(self._seq, seq)
+        self._seq += 1
+        self._fd = self._create_file(self._seq, self.file_size)
+        self._size = self.file_size
+        self._off = _FILE_HDR.size
+        self._synced = JournalPosition(self._seq, self._off)
+        self._prepare_next()
+
+    def _rotate(self, need: int) -> None:
+        assert self._next_file is not None
+        fd, size = self._next_file.result(timeout=self.add_timeout_s)
+        os.close(self._fd)
+        self._seq += 1
+        self._fd, self._size, self._off = fd, size, _FILE_HDR.size
+        if need + _FILE_HDR.size > size:
+            # A group bigger than a whole file: extend this one (rare: huge entries, tiny files).
+            new_size = need + _FILE_HDR.size
+            pos = size
+            while pos < new_size:
+                pos += os.pwrite(fd, memoryview(_ZEROS)[: min(new_size - pos, len(_ZEROS))], pos)
+            os.fsync(fd)
+            self._size = new_size
+        self._prepare_next()
+
+    def delete_before(self, seq: int) -> int:
+        """Delete journal files wholly before file ``seq`` (blocking); returns how many."""
+        n = 0
+        for s, path in _journal_files(self.directory):
+            if s < seq and s < self._seq:
+                path.unlink(missing_ok=True)
+                n += 1
+        if n:
+            _fsync_dir(self.directory)
+        return n
+
+    @property
+    def synced_position(self) -> JournalPosition:
+        """Everything before this position is durable (read from any thread)."""
+        return self._synced
+
+    # ---------------------------------------------------------------- writer
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the writer thread and the stall watchdog (call on the event loop)."""
+        self._loop = loop
+        self._thread_done = loop.create_future()
+        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._thread.start()
+        self._watchdog = loop.create_task(self._watch())
+
+    def append(
+        self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes
+    ) -> asyncio.Future[None]:
+        """Queue one record; the future resolves once it is fdatasync'ed (event loop thread only)."""
+        if self._failed is not None or self._stopping:
+            raise BookieUnavailableError(f"journal is not writable: {self._failed or 'closing'}")
+        tail = _REC_TAIL.pack(len(data), rtype, ledger_id, entry_id, lac)
+        crc = crc32c(data, crc32c(tail))
+        fut = self._loop.create_future()  # type: ignore[union-attr]
+        with self._lock:
+            buf = self._buf
+            buf += _CRC.pack(crc)
+            buf += tail
+            buf += data
+            self._futs.append(fut)
+            if len(buf) >= self.group_max_bytes:
+                self._sealed.append((buf, self._futs))
+                self._buf = bytearray()
+                self._futs = []
+            wake = self._idle
+            self._idle = False
+        if wake:
+            self._wake.set()
+        return fut
+
+    def _take(self) -> tuple[bytearray, list[asyncio.Future[None]]] | None:
+        with self._lock:
+            if self._sealed:
+                return self._sealed.popleft()
+            if self._futs:
+                group = (self._buf, self._futs)
+                self._buf = bytearray()
+                self._futs = []
+                return group
+            if not self._stopping:
+                self._idle = True
+            return None
+
+    def _run(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            while True:
+                group = self._take()
+                if group is None:
+                    if self._stopping:
+                        break
+                    self._wake.wait(0.5)
+                    self._wake.clear()
+                    if self.max_wait_s > 0:
+                        time.sleep(self.max_wait_s)  # let a few more adds join this group
+                    continue
+                buf, futs = group
+                self._inflight = (time.monotonic(), futs)
+                try:
+                    self._write(buf)
+                except BaseException as e:
+                    log.exception("journal write failed; the bookie stops accepting adds")
+                    self._failed = e
+                    self._fail_all(futs, e)
+                    break
+                self._inflight = None
+                loop.call_soon_threadsafe(_resolve, futs)
+        except RuntimeError:
+            pass  # event loop closed under us: nothing left to notify
+        finally:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_set_done, self._thread_done)
+
+    def _write(self, buf: bytearray) -> None:
+        n = len(buf)
+        if self._off + n > self._size:
+            self._rotate(n)
+        fd, off = self._fd, self._off
+        mv = memoryview(buf)
+        done = 0
+        while done < n:
+            done += os.pwrite(fd, mv[done:], off + done)
+        os.fdatasync(fd)
+        self._off = off + n
+        self.bytes_written += n
+        self.groups_written += 1
+        if n > self.max_group_bytes:
+            self.max_group_bytes = n
+        self._synced = JournalPosition(self._seq, self._off)
+
+    def _fail_all(self, futs: list[asyncio.Future[None]], exc: BaseException) -> None:
+        """Fail ``futs`` and everything still queued (writer thread)."""
+        with self._lock:
+            pending = [futs, *(f for _, f in self._sealed), self._futs]
+            self._sealed.clear()
+            self._buf, self._futs = bytearray(), []
+        err = BookieUnavailableError(f"journal failed: {exc}")
+        with contextlib.suppress(RuntimeError):
+            for group in pending:
+                self._loop.call_soon_threadsafe(_fail, group, err)  # type: ignore[union-attr]
+
+    async def _watch(self) -> None:
+        """Fail adds stuck behind a stalled fdatasync instead of letting callers wait forever."""
+        period = min(1.0, self.add_timeout_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            inflight = self._inflight
+            if inflight is not None and time.monotonic() - inflight[0] > self.add_timeout_s:
+                log.warning("journal write stalled for more than %.1fs", self.add_timeout_s)
+                with self._lock:
+                    groups = [inflight[1], *(f for _, f in self._sealed), self._futs]
+                err = BookieUnavailableError("journal write timed out")
+                for group in groups:
+                    _fail(group, err)
+
+    async def close(self, wait_s: float = 10.0) -> None:
+        """Write out what is queued, then stop the writer thread."""
+        self._stopping = True
+        self._wake.set()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        if self._thread_done is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._thread_done), wait_s)
+            except TimeoutError:
+                log.error("journal writer did not stop within %.1fs", wait_s)
+                return
+        self._prealloc.shutdown(wait=False, cancel_futures=True)
+        if self._fd >= 0:
+            await asyncio.to_thread(os.close, self._fd)
+            self._fd = -1
+        if self._next_file is not None and self._next_file.done() and not self._next_file.cancelled():
+            with contextlib.suppress(Exception):
+                os.close(self._next_file.result()[0])
+
+    def check_writable(self) -> None:
+        """Raise if the journal can no longer accept records."""
+        if self._failed is not None:
+            raise BookieUnavailableError(f"journal failed: {self._failed}")
+
+
+def _resolve(futs: list[asyncio.Future[None]]) -> None:
+    for f in futs:
+        if not f.done():
+            f.set_result(None)
+
+
+def _fail(futs: list[asyncio.Future[None]], exc: BookieError) -> None:
+    for f in futs:
+        if not f.done():
+            f.set_exception(exc)
+
+
+def _set_done(fut: asyncio.Future[None] | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,124 @@
+"""Ledger storage: entry logs + index, flushed from the write cache at checkpoints.
+
+Everything here is blocking and runs on the bookie's single checkpoint thread (``load``,
+``flush``) or its read threads (``read_many``); the bookie keeps the event loop free.
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from pathlib import Path
+
+from .entry_log import EntryLogReader, EntryLogWriter, entry_log_ids, entry_log_path
+from .index import Block, Checkpoint, LedgerIndex, LedgerState
+from .journal import JournalPosition
+
+log = logging.getLogger(__name__)
+
+#: A gap of more than this many entry ids between two entries of a ledger starts a new index run.
+_MAX_RUN_GAP = 16
+
+
+class LedgerStorage:
+    """Entry logs, the index over them, and garbage collection of deleted ledgers."""
+
+    def __init__(self, directory: Path, *, entry_log_size: int, index_compact_bytes: int) -> None:
+        self.directory = Path(directory)
+        self.index = LedgerIndex(self.directory, index_compact_bytes)
+        self.writer = EntryLogWriter(self.directory, entry_log_size)
+        self.reader = EntryLogReader(self.directory)
+
+    def load(self) -> tuple[dict[int, LedgerState], JournalPosition | None]:
+        """Load the index, drop entry logs nothing refers to, open a fresh entry log.
+
+        Returns the ledger states and the journal mark of the last checkpoint.
+        """
+        self.index.load()
+        for log_id in entry_log_ids(self.directory):
+            if not self.index.log_ledgers.get(log_id):
+                # Written by a checkpoint that never completed, or left over by GC: its entries
+                # (if any) are still in the journal and will be flushed again.
+                entry_log_path(self.directory, log_id).unlink(missing_ok=True)
+                self.index.forget_log(log_id)
+        self.writer.open()
+        return {lid: st.copy() for lid, st in self.index.states.items()}, self.index.mark
+
+    def flush(
+        self,
+        snapshot: dict[int, dict[int, bytes]],
+        states: dict[int, LedgerState],
+        deleted: list[int],
+        mark: JournalPosition,
+    ) -> list[int]:
+        """Write ``snapshot`` to the entry log, persist the index chunk; returns removed log ids."""
+        self.index.apply_deletes(deleted)
+        writer = self.writer
+        blocks: list[Block] = []
+        members: list[tuple[int, int]] = []
+        for lid in sorted(snapshot):
+            entries = snapshot[lid]
+            if not entries:
+                continue
+            logs: set[int] = set()
+            last_log = -1
+            locs: list[int] = []
+            lens: list[int] = []
+            crcs: list[int] = []
+            eids = sorted(entries)
+            first = prev = eids[0]
+            for eid in eids:
+                gap = eid - prev
+                if gap > _MAX_RUN_GAP:
+                    blocks.append(Block(lid, first, array("q", locs), array("I", lens), array("I", crcs)))
+                    locs, lens, crcs = [], [], []
+                    first = eid
+                elif gap > 1:
+                    locs.extend([-1] * (gap - 1))
+                    lens.extend([0] * (gap - 1))
+                    crcs.extend([0] * (gap - 1))
+                data = entries[eid]
+                log_id, off, crc = writer.add(lid, eid, data)
+                if log_id != last_log:
+                    logs.add(log_id)
+                    last_log = log_id
+                locs.append(log_id << 32 | off)
+                lens.append(len(data))
+                crcs.append(crc)
+                prev = eid
+            blocks.append(Block(lid, first, array("q", locs), array("I", lens), array("I", crcs)))
+            members.extend((log_id, lid) for log_id in logs)
+        writer.sync()
+        index = self.index
+        for b in blocks:
+            index.add_block(b)
+        for log_id, lid in members:
+            index.add_member(log_id, lid)
+        index.persist(Checkpoint(mark, deleted, states, blocks, members))
+        removed = self._collect_garbage()
+        index.maybe_compact()
+        return removed
+
+    def _collect_garbage(self) -> list[int]:
+        """Delete entry logs holding only deleted ledgers.
+
+        TODO(compaction): logs that mix live and deleted ledgers are kept whole; a compactor
+        would copy the live entries to a new log and re-point the index.
+        """
+        removed = self.index.unreferenced_logs(exclude=self.writer.log_id)
+        for log_id in removed:
+            self.reader.retire(log_id)
+            entry_log_path(self.directory, log_id).unlink(missing_ok=True)
+            self.index.forget_log(log_id)
+        if removed:
+            log.debug("garbage collected entry logs %s", removed)
+        return removed
+
+    def read_many(self, items: list[tuple[int, int, int, int]]) -> list[bytes]:
+        """Read located entries (blocking)."""
+        return self.reader.read_many(items)
+
+    def close(self) -> None:
+        self.writer.close()
+        self.reader.close()
+        self.index.close()
