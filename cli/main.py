@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from magnetar.cli import standalone
+
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the sub-command and run it."""
-    parser = argparse.ArgumentParser(prog="magnetar", description="Magnetar messaging platform")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("standalone", help="broker + bookie + metadata store in one process")
+    parser = argparse.ArgumentParser(
+        prog="magnetar", description="Magnetar: a messaging platform speaking Pulsar's protocol"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    standalone.add_parser(sub)
     args = parser.parse_args(argv)
-    print(f"{args.command}: not wired yet", file=sys.stderr)
-    return 2
+    return int(args.run(args) or 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,135 @@
+"""Broker configuration, with Pulsar's setting names.
+
+Settings are dataclass fields in snake_case; each is also known by Pulsar's camelCase name
+(``max_message_size`` <-> ``maxMessageSize``). Sources, later wins: defaults, a
+``key=value`` properties file (Pulsar's ``broker.conf`` / ``standalone.conf`` format),
+environment variables ``MAGNETAR_<name>`` (either spelling), command-line flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Every broker setting Magnetar understands (defaults as in Pulsar's standalone.conf)."""
+
+    cluster_name: str = "standalone"
+    bind_address: str = "0.0.0.0"
+    advertised_address: str = "localhost"
+    broker_service_port: int = 6650
+    web_service_port: int = 8080
+    data_dir: str = "data"
+    #: Largest message (payload + metadata) a producer may send; the frame limit adds 10 KiB.
+    max_message_size: int = 5 * 1024 * 1024
+    keep_alive_interval_seconds: int = 30
+    allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation_type: str = "non-partitioned"
+    default_num_partitions: int = 1
+    allow_auto_subscription_creation: bool = True
+    max_producers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
+    max_unacked_messages_per_consumer: int = 50_000
+    dispatcher_max_read_batch_size: int = 100
+    # Storage (Pulsar's managedLedger* settings)
+    managed_ledger_default_ensemble_size: int = 1
+    managed_ledger_default_write_quorum: int = 1
+    managed_ledger_default_ack_quorum: int = 1
+    managed_ledger_max_entries_per_ledger: int = 50_000
+    managed_ledger_max_size_per_ledger_mbytes: int = 2048
+    managed_ledger_min_ledger_rollover_time_minutes: float = 10
+    managed_ledger_max_ledger_rollover_time_minutes: float = 240
+    managed_ledger_cursor_flush_interval_ms: int = 100
+    default_retention_time_in_minutes: int = 0
+    default_retention_size_in_mb: int = 0
+    # Bookie (standalone's in-process bookie)
+    journal_directory: str = ""
+    ledger_directories: str = ""
+    journal_sync_data: bool = True
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def max_frame_size(self) -> int:
+        return self.max_message_size + 10 * 1024
+
+    def apply(self, values: dict[str, Any]) -> list[str]:
+        """Set known settings from ``values`` (either spelling); returns the unknown keys."""
+        unknown = []
+        names = {f.name: f for f in dataclasses.fields(self) if f.name != "extra"}
+        for key, raw in values.items():
+            name = snake_case(key)
+            f = names.get(name)
+            if f is None:
+                self.extra[key] = str(raw)
+                unknown.append(key)
+                continue
+            setattr(self, name, _coerce(f.type, raw, key))
+        return unknown
+
+    def to_pulsar_dict(self) -> dict[str, Any]:
+        """Settings under Pulsar's camelCase names (for the admin API's configuration endpoints)."""
+        out = {camel_case(f.name): getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out.update(self.extra)
+        return out
+
+
+def snake_case(name: str) -> str:
+    """``maxMessageSize`` -> ``max_message_size`` (already snake names pass through)."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+def camel_case(name: str) -> str:
+    """``max_message_size`` -> ``maxMessageSize``."""
+    first, *rest = name.split("_")
+    return first + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _coerce(type_name: Any, raw: Any, key: str) -> Any:
+    text = str(raw).strip()
+    try:
+        if type_name in ("bool", bool):
+            if isinstance(raw, bool):
+                return raw
+            if text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(text)
+        if type_name in ("int", int):
+            return int(text)
+        if type_name in ("float", float):
+            return float(text)
+    except ValueError:
+        raise ValueError(f"invalid value for {key}: {raw!r}") from None
+    return text
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Parse a Java-style ``key=value`` properties file (``#`` and ``!`` comments)."""
+    values: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, _, value = line.partition(":")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def load_config(config_file: str | None, overrides: dict[str, Any], env: dict[str, str] | None = None) -> BrokerConfig:
+    """Build the effective configuration: defaults < file < ``MAGNETAR_*`` env < ``overrides``."""
+    config = BrokerConfig()
+    if config_file:
+        config.apply(read_properties(Path(config_file)))
+    env = os.environ if env is None else env
+    config.apply({k[len("MAGNETAR_") :]: v for k, v in env.items() if k.startswith("MAGNETAR_")})
+    config.apply({k: v for k, v in overrides.items() if v is not None})
+    return config

@@ -1,0 +1,595 @@
+"""One client connection: frames in, commands dispatched, responses out (coalesced).
+
+Each connection is an :class:`asyncio.Protocol`. Per-message commands (SEND, ACK, FLOW) are
+handled synchronously in ``data_received``; commands that need the metadata store or storage
+run as tasks and always answer with the request id they carried. Outgoing frames are
+collected and written once per event-loop turn, so a burst of MESSAGE frames or receipts
+costs one socket write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from magnetar.broker.consumer import Consumer, SubType
+from magnetar.broker.errors import BrokerError, NotAllowedError
+from magnetar.broker.producer import Producer
+from magnetar.broker.protocol import commands
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.protocol.frames import ChecksumMismatchError, Frame, FrameDecoder, FrameError, verify_entry
+from magnetar.broker.topic import wire_position
+from magnetar.broker.topic_name import TopicName
+from magnetar.managed_ledger.api import EARLIEST, LATEST, Position
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
+
+log = logging.getLogger(__name__)
+
+T = pb.BaseCommand
+SERVER_VERSION = "Magnetar 0.1.0"
+MAX_PROTOCOL_VERSION = 21
+_ALL_ONES = -1
+
+
+class ServerConnection(asyncio.Protocol):
+    """Protocol handler for one client connection on the binary port."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self.config = service.config
+        self.decoder = FrameDecoder(self.config.max_frame_size)
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.handshake_done = False
+        self.client_version = ""
+        self.protocol_version = 0
+        self.producers: dict[int, Producer] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self.writable = True
+        self.closed = False
+        self._out: list[bytes] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._awaiting_pong = False
+        self._keepalive: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.service.connections.add(self)
+        self._schedule_keepalive()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.service.connections.discard(self)
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        for task in self._tasks:
+            task.cancel()
+        producers, consumers = list(self.producers.values()), list(self.consumers.values())
+        self.producers.clear()
+        self.consumers.clear()
+        for p in producers:
+            p.closed = True
+            p.topic.remove_producer(p)
+        if consumers:
+            self.loop.create_task(self._detach_consumers(consumers))
+
+    @staticmethod
+    async def _detach_consumers(consumers: list[Consumer]) -> None:
+        for c in consumers:
+            try:
+                await c.subscription.remove_consumer(c)
+            except Exception:
+                log.exception("failed to detach consumer %s", c.name)
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        for c in self.consumers.values():
+            c.subscription.wakeup()
+
+    def write(self, *parts: bytes) -> None:
+        """Queue frames; they are written together at the end of this event-loop turn."""
+        if self.closed:
+            return
+        self._out.extend(parts)
+        if self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self.closed:
+            self.transport.writelines(out)
+
+    def close(self) -> None:
+        """Close after sending what is queued."""
+        if self.transport is not None and not self.closed:
+            self._flush()
+            self.transport.close()
+        self.closed = True
+
+    # ------------------------------------------------------------------ keep-alive
+    def _schedule_keepalive(self) -> None:
+        interval = self.config.keep_alive_interval_seconds
+        if interval > 0:
+            self._keepalive = self.loop.call_later(interval, self._on_keepalive)
+
+    def _on_keepalive(self) -> None:
+        if self.closed:
+            return
+        if self._awaiting_pong or not self.handshake_done:
+            log.info("closing connection from %s: no response to keep-alive (or no CONNECT) in time", self.peer)
+            self.close()
+            return
+        self._awaiting_pong = True
+        self.write(commands.ping())
+        self._schedule_keepalive()
+
+    # ------------------------------------------------------------------ frames in
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+            self.write(commands.error(0, pb.UnknownError, f"Invalid frame: {exc}"))
+            self.close()
+            return
+        if frames:
+            self._awaiting_pong = False
+        for frame in frames:
+            if self.closed:
+                return
+            self._handle(frame)
+
+    def _handle(self, frame: Frame) -> None:
+        cmd = frame.command
+        if not cmd.HasField("type"):
+            # A command type this broker does not know (newer protocol): refuse it, keep the connection.
+            self.write(commands.error(_request_id(cmd), pb.NotAllowedError, "Unknown command type"))
+            return
+        kind = cmd.type
+        if not self.handshake_done and kind != T.CONNECT:
+            log.warning("closing connection from %s: %s before CONNECT", self.peer, T.Type.Name(kind))
+            self.write(commands.error(_request_id(cmd), pb.NotAllowedError, "Received command before CONNECT"))
+            self.close()
+            return
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            name = T.Type.Name(kind) if kind in T.Type.values() else str(kind)
+            self.write(commands.error(_request_id(cmd), pb.NotAllowedError, f"Command {name} is not supported"))
+            return
+        try:
+            handler(self, cmd, frame)
+        except BrokerError as exc:
+            self.write(commands.error(_request_id(cmd), exc.code, exc.message))
+        except Exception as exc:
+            log.exception("error handling %s from %s", T.Type.Name(kind), self.peer)
+            self.write(commands.error(_request_id(cmd), pb.UnknownError, str(exc)))
+
+    def _spawn(
+        self, request_id: int, work: Awaitable[None], on_error: Callable[[int, int, str], bytes] | None = None
+    ) -> None:
+        """Run ``work``; a failure is answered with an ERROR (or ``on_error``) for ``request_id``."""
+        builder = on_error or commands.error
+
+        async def guarded() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except BrokerError as exc:
+                self.write(builder(request_id, exc.code, exc.message))
+            except Exception as exc:
+                log.exception("request %s from %s failed", request_id, self.peer)
+                self.write(builder(request_id, pb.UnknownError, str(exc)))
+
+        task = self.loop.create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def forget_producer(self, producer_id: int) -> None:
+        self.producers.pop(producer_id, None)
+
+    def forget_consumer(self, consumer_id: int) -> None:
+        self.consumers.pop(consumer_id, None)
+
+    # ------------------------------------------------------------------ handshake and liveness
+    def on_connect(self, cmd: T, frame: Frame) -> None:
+        c = cmd.connect
+        self.client_version = c.client_version
+        self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
+        self.handshake_done = True
+        self.write(commands.connected(SERVER_VERSION, self.protocol_version, self.config.max_message_size))
+        log.debug("connection from %s: %s protocol v%d", self.peer, self.client_version, c.protocol_version)
+
+    def on_ping(self, cmd: T, frame: Frame) -> None:
+        self.write(commands.pong())
+
+    def on_pong(self, cmd: T, frame: Frame) -> None:
+        pass
+
+    def on_auth_response(self, cmd: T, frame: Frame) -> None:
+        pass  # authentication is not enabled
+
+    # ------------------------------------------------------------------ lookups
+    def on_partitioned_metadata(self, cmd: T, frame: Frame) -> None:
+        r = cmd.partitionMetadata
+
+        async def work() -> None:
+            topic = TopicName.parse(r.topic)
+            partitions = await self.service.partitioned_metadata(topic, r.metadata_auto_creation_enabled)
+            self.write(commands.partitioned_metadata(r.request_id, partitions))
+
+        self._spawn(r.request_id, work(), commands.partitioned_metadata_error)
+
+    def on_lookup(self, cmd: T, frame: Frame) -> None:
+        r = cmd.lookupTopic
+
+        async def work() -> None:
+            topic = TopicName.parse(r.topic)
+            await self.service.check_namespace(topic)
+            self.write(commands.lookup_connect(r.request_id, self.service.broker_service_url))
+
+        self._spawn(r.request_id, work(), commands.lookup_error)
+
+    def on_get_topics_of_namespace(self, cmd: T, frame: Frame) -> None:
+        r = cmd.getTopicsOfNamespace
+
+        async def work() -> None:
+            topics = await self.service.list_topics(r.namespace, r.mode)
+            filtered = False
+            if r.HasField("topics_pattern") and r.topics_pattern:
+                pattern = _compile_pattern(r.topics_pattern)
+                topics = [t for t in topics if pattern.match(t)]
+                filtered = True
+            digest = topics_hash(topics)
+            changed = not (r.HasField("topics_hash") and r.topics_hash == digest)
+            self.write(commands.topics_of_namespace(r.request_id, topics, digest, changed, filtered))
+
+        self._spawn(r.request_id, work())
+
+    # ------------------------------------------------------------------ producers
+    def on_producer(self, cmd: T, frame: Frame) -> None:
+        r = cmd.producer
+
+        async def work() -> None:
+            existing = self.producers.get(r.producer_id)
+            if existing is not None:
+                if str(existing.topic.name) == str(TopicName.parse(r.topic)):
+                    self.write(commands.producer_success(r.request_id, existing.name, -1))
+                    return
+                raise BrokerError("Producer id is already used on this connection", pb.ProducerBusy)
+            if r.producer_access_mode != pb.Shared:
+                raise NotAllowedError("Only the Shared producer access mode is supported yet")
+            name = TopicName.parse(r.topic)
+            topic = await self.service.get_topic(name, create=True)
+            schema_version = None
+            if r.HasField("schema"):
+                schema_version = await self.service.schemas.add_schema(name, r.schema)
+            user_named = r.HasField("producer_name") and bool(r.producer_name)
+            producer_name = r.producer_name if user_named else self.service.new_producer_name()
+            producer = Producer(
+                topic, self, r.producer_id, producer_name, user_named, {kv.key: kv.value for kv in r.metadata}
+            )
+            topic.add_producer(producer)
+            if self.closed:
+                topic.remove_producer(producer)
+                return
+            self.producers[r.producer_id] = producer
+            self.write(commands.producer_success(r.request_id, producer_name, -1, schema_version))
+
+        self._spawn(r.request_id, work())
+
+    def on_send(self, cmd: T, frame: Frame) -> None:
+        s = cmd.send
+        producer = self.producers.get(s.producer_id)
+        if producer is None:
+            # As Pulsar does: a SEND for an unknown producer means the client is confused; make it reconnect.
+            log.warning("closing connection from %s: SEND for unknown producer %d", self.peer, s.producer_id)
+            self.close()
+            return
+        if frame.entry is None:
+            self.write(commands.send_error(s.producer_id, s.sequence_id, pb.UnknownError, "Message has no payload"))
+            return
+        try:
+            data = verify_entry(frame.entry)
+        except ChecksumMismatchError as exc:
+            log.warning("checksum error from %s on %s: %s", self.peer, producer.topic.name, exc)
+            self.write(commands.send_error(s.producer_id, s.sequence_id, pb.ChecksumError, str(exc)))
+            return
+        except FrameError as exc:
+            self.write(commands.send_error(s.producer_id, s.sequence_id, pb.UnknownError, f"Invalid message: {exc}"))
+            return
+        if len(data) - 6 > self.config.max_message_size and not s.is_chunk:
+            self.write(
+                commands.send_error(s.producer_id, s.sequence_id, pb.NotAllowedError, "Exceed maximum message size")
+            )
+            return
+        producer.topic.publish(producer, s.sequence_id, s.highest_sequence_id, s.num_messages, data)
+
+    def on_close_producer(self, cmd: T, frame: Frame) -> None:
+        r = cmd.close_producer
+        producer = self.producers.pop(r.producer_id, None)
+        if producer is not None:
+            producer.closed = True
+            producer.topic.remove_producer(producer)
+        self.write(commands.success(r.request_id))
+
+    # ------------------------------------------------------------------ consumers
+    def on_subscribe(self, cmd: T, frame: Frame) -> None:
+        r = cmd.subscribe
+
+        async def work() -> None:
+            existing = self.consumers.get(r.consumer_id)
+            if existing is not None:
+                if existing.subscription.name == r.subscription:
+                    self.write(commands.success(r.request_id))
+                    return
+                raise BrokerError("Consumer id is already used on this connection", pb.ConsumerBusy)
+            if r.subType == SubType.Key_Shared:
+                raise NotAllowedError("Key_Shared subscriptions are not supported yet")
+            if not r.subscription:
+                raise BrokerError("Empty subscription name", pb.InvalidTopicName)
+            name = TopicName.parse(r.topic)
+            topic = await self.service.get_topic(name, create=r.force_topic_creation)
+            start = r.start_message_id if r.HasField("start_message_id") else None
+            sub = await topic.subscribe(r.subscription, r.durable, r.initialPosition, start)
+            consumer = Consumer(
+                sub,
+                self,
+                r.consumer_id,
+                r.consumer_name,
+                r.subType,
+                r.priority_level,
+                self.config.max_unacked_messages_per_consumer,
+                {kv.key: kv.value for kv in r.metadata},
+            )
+            if self.closed:
+                return
+            sub.add_consumer(consumer)
+            self.consumers[r.consumer_id] = consumer
+            self.write(commands.success(r.request_id))
+
+        self._spawn(r.request_id, work())
+
+    def _consumer(self, consumer_id: int) -> Consumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            raise BrokerError(f"Consumer {consumer_id} not found", pb.ConsumerNotFound)
+        return consumer
+
+    def on_flow(self, cmd: T, frame: Frame) -> None:
+        f = cmd.flow
+        consumer = self.consumers.get(f.consumer_id)
+        if consumer is not None:
+            consumer.flow(f.messagePermits)
+            consumer.subscription.wakeup()
+
+    def on_ack(self, cmd: T, frame: Frame) -> None:
+        a = cmd.ack
+        has_request = a.HasField("request_id")
+        consumer = self.consumers.get(a.consumer_id)
+        if consumer is None:
+            if has_request:
+                self.write(
+                    commands.ack_response(a.consumer_id, a.request_id, pb.ConsumerNotFound, "Consumer not found")
+                )
+            return
+        sub = consumer.subscription
+        try:
+            if a.ack_type == pb.CommandAck.Cumulative:
+                if a.message_id:
+                    sub.ack_cumulative(consumer, Position(a.message_id[0].ledgerId, a.message_id[0].entryId))
+            else:
+                positions = [
+                    Position(m.ledgerId, m.entryId)
+                    for m in a.message_id
+                    # A batch with some messages still unacked (ack_set has bits left) stays pending.
+                    if not any(m.ack_set)
+                ]
+                if positions:
+                    sub.ack_individual(consumer, positions)
+        except BrokerError as exc:
+            if has_request:
+                self.write(commands.ack_response(a.consumer_id, a.request_id, exc.code, exc.message))
+            else:
+                log.info("ack refused on %s/%s: %s", sub.topic.name, sub.name, exc)
+            return
+        if has_request:
+
+            async def work() -> None:
+                await sub.cursor.flush()  # the receipt promises the ack is stored
+                self.write(commands.ack_response(a.consumer_id, a.request_id))
+
+            self._spawn(
+                a.request_id, work(), lambda rid, code, msg: commands.ack_response(a.consumer_id, rid, code, msg)
+            )
+
+    def on_redeliver(self, cmd: T, frame: Frame) -> None:
+        r = cmd.redeliverUnacknowledgedMessages
+        consumer = self.consumers.get(r.consumer_id)
+        if consumer is None:
+            return
+        ids = [Position(m.ledgerId, m.entryId) for m in r.message_ids] or None
+        self._spawn(0, consumer.subscription.redeliver(consumer, ids))
+
+    def on_unsubscribe(self, cmd: T, frame: Frame) -> None:
+        r = cmd.unsubscribe
+
+        async def work() -> None:
+            consumer = self._consumer(r.consumer_id)
+            await consumer.subscription.unsubscribe(consumer, r.force)
+            self.consumers.pop(r.consumer_id, None)
+            self.write(commands.success(r.request_id))
+
+        self._spawn(r.request_id, work())
+
+    def on_close_consumer(self, cmd: T, frame: Frame) -> None:
+        r = cmd.close_consumer
+
+        async def work() -> None:
+            consumer = self.consumers.pop(r.consumer_id, None)
+            if consumer is not None:
+                await consumer.subscription.remove_consumer(consumer)
+            self.write(commands.success(r.request_id))
+
+        self._spawn(r.request_id, work())
+
+    def on_seek(self, cmd: T, frame: Frame) -> None:
+        r = cmd.seek
+
+        async def work() -> None:
+            consumer = self._consumer(r.consumer_id)
+            sub = consumer.subscription
+            topic = sub.topic
+            if r.HasField("message_publish_time"):
+                position = await topic.find_position_by_publish_time(r.message_publish_time)
+            elif r.HasField("message_id"):
+                position = wire_position(r.message_id)
+                if position == EARLIEST:
+                    position = topic.ledger.first_position
+                elif position == LATEST:
+                    position = topic.ledger.next_position(topic.ledger.last_confirmed_entry)
+            else:
+                raise BrokerError("Seek needs a message id or a publish time", pb.UnknownError)
+            await sub.reset(position)
+            self.write(commands.success(r.request_id))
+
+        self._spawn(r.request_id, work())
+
+    def on_get_last_message_id(self, cmd: T, frame: Frame) -> None:
+        r = cmd.getLastMessageId
+
+        async def work() -> None:
+            consumer = self._consumer(r.consumer_id)
+            topic = consumer.subscription.topic
+            position, batch_index = await topic.last_message_id()
+            md = consumer.subscription.cursor.mark_delete_position
+            self.write(
+                commands.last_message_id(
+                    r.request_id,
+                    position.ledger_id,
+                    position.entry_id,
+                    topic.name.partition_index,
+                    batch_index,
+                    (md.ledger_id, md.entry_id) if md.ledger_id >= 0 else None,
+                )
+            )
+
+        self._spawn(r.request_id, work())
+
+    def on_consumer_stats(self, cmd: T, frame: Frame) -> None:
+        r = cmd.consumerStats
+        consumer = self._consumer(r.consumer_id)
+        self.write(
+            commands.consumer_stats_response(
+                r.request_id,
+                consumerName=consumer.name,
+                availablePermits=max(consumer.permits, 0),
+                unackedMessages=consumer.unacked_messages,
+                blockedConsumerOnUnackedMsgs=consumer.blocked,
+                address=self.peer,
+                connectedSince=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(consumer.connected_since)),
+                type=pb.CommandSubscribe.SubType.Name(consumer.sub_type),
+                msgBacklog=consumer.subscription.backlog(),
+            )
+        )
+
+    # ------------------------------------------------------------------ schemas
+    def on_get_schema(self, cmd: T, frame: Frame) -> None:
+        r = cmd.getSchema
+
+        async def work() -> None:
+            name = TopicName.parse(r.topic)
+            version = r.schema_version if r.HasField("schema_version") else None
+            found = await self.service.schemas.get_schema(name, version)
+            if found is None:
+                self.write(
+                    commands.get_schema_response(
+                        r.request_id, None, None, pb.TopicNotFound, "Topic not found or no-schema"
+                    )
+                )
+            else:
+                self.write(commands.get_schema_response(r.request_id, found[0], found[1]))
+
+        self._spawn(
+            r.request_id, work(), lambda rid, code, msg: commands.get_schema_response(rid, None, None, code, msg)
+        )
+
+    def on_get_or_create_schema(self, cmd: T, frame: Frame) -> None:
+        r = cmd.getOrCreateSchema
+
+        async def work() -> None:
+            version = await self.service.schemas.add_schema(TopicName.parse(r.topic), r.schema)
+            self.write(commands.get_or_create_schema_response(r.request_id, version))
+
+        self._spawn(
+            r.request_id, work(), lambda rid, code, msg: commands.get_or_create_schema_response(rid, None, code, msg)
+        )
+
+
+def _request_id(cmd: T) -> int:
+    """The request id carried by ``cmd``'s payload message, if any (0 otherwise)."""
+    for _field, value in cmd.ListFields():
+        if hasattr(value, "request_id"):
+            with contextlib.suppress(AttributeError, ValueError):
+                return int(value.request_id)
+    return 0
+
+
+def topics_hash(topics: list[str]) -> str:
+    """Digest of a topic list, compared with the client's ``topics_hash`` to answer ``changed``."""
+    digest = hashlib.sha256()
+    for t in sorted(topics):
+        digest.update(t.encode())
+        digest.update(b"\n")
+    return digest.hexdigest()[:16]
+
+
+def _compile_pattern(pattern: str) -> re.Pattern[str]:
+    # Clients send Java regexes; the common subset is Python-compatible.
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise BrokerError(f"Invalid topics pattern: {exc}", pb.UnknownError) from exc
+
+
+_HANDLERS: dict[int, Callable[[ServerConnection, T, Frame], None]] = {
+    T.CONNECT: ServerConnection.on_connect,
+    T.PING: ServerConnection.on_ping,
+    T.PONG: ServerConnection.on_pong,
+    T.AUTH_RESPONSE: ServerConnection.on_auth_response,
+    T.PARTITIONED_METADATA: ServerConnection.on_partitioned_metadata,
+    T.LOOKUP: ServerConnection.on_lookup,
+    T.GET_TOPICS_OF_NAMESPACE: ServerConnection.on_get_topics_of_namespace,
+    T.PRODUCER: ServerConnection.on_producer,
+    T.SEND: ServerConnection.on_send,
+    T.CLOSE_PRODUCER: ServerConnection.on_close_producer,
+    T.SUBSCRIBE: ServerConnection.on_subscribe,
+    T.FLOW: ServerConnection.on_flow,
+    T.ACK: ServerConnection.on_ack,
+    T.REDELIVER_UNACKNOWLEDGED_MESSAGES: ServerConnection.on_redeliver,
+    T.UNSUBSCRIBE: ServerConnection.on_unsubscribe,
+    T.CLOSE_CONSUMER: ServerConnection.on_close_consumer,
+    T.SEEK: ServerConnection.on_seek,
+    T.GET_LAST_MESSAGE_ID: ServerConnection.on_get_last_message_id,
+    T.CONSUMER_STATS: ServerConnection.on_consumer_stats,
+    T.GET_SCHEMA: ServerConnection.on_get_schema,
+    T.GET_OR_CREATE_SCHEMA: ServerConnection.on_get_or_create_schema,
+}

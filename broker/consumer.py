@@ -1,0 +1,123 @@
+"""A consumer attached to a subscription over one client connection."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from magnetar.broker.protocol import commands
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.protocol.frames import entry_num_messages
+from magnetar.managed_ledger.api import Entry, Position
+
+if TYPE_CHECKING:
+    from magnetar.broker.connection import ServerConnection
+    from magnetar.broker.subscription import Subscription
+
+SubType = pb.CommandSubscribe.SubType
+
+
+class Consumer:
+    """Flow-control permits and the unacknowledged entries sent to one client consumer."""
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        connection: ServerConnection,
+        consumer_id: int,
+        name: str,
+        sub_type: int,
+        priority: int,
+        max_unacked: int,
+        metadata: dict[str, str],
+    ) -> None:
+        self.subscription = subscription
+        self.connection = connection
+        self.consumer_id = consumer_id
+        self.name = name
+        self.sub_type = sub_type
+        self.priority = priority
+        self.metadata = metadata
+        self.permits = 0
+        #: Entries sent and not yet acknowledged: position -> number of messages in the entry.
+        self.pending_acks: dict[Position, int] = {}
+        self.unacked_messages = 0
+        self.max_unacked = max_unacked if sub_type in (SubType.Shared, SubType.Key_Shared) else 0
+        self.blocked = False
+        self.connected_since = time.time()
+        self.msg_out = 0
+        self.bytes_out = 0
+        self.closed = False
+
+    @property
+    def available(self) -> bool:
+        """Whether the dispatcher may send to this consumer now."""
+        return self.permits > 0 and not self.blocked and not self.closed
+
+    def flow(self, permits: int) -> None:
+        self.permits += permits
+
+    def send(self, entries: list[Entry], redelivery_counts: dict[Position, int]) -> None:
+        """Write MESSAGE frames for ``entries`` (entry bytes untouched) and track them for acks."""
+        write = self.connection.write
+        consumer_id = self.consumer_id
+        pending = self.pending_acks
+        sent_messages = 0
+        sent_bytes = 0
+        for position, data in entries:
+            count = entry_num_messages(data)
+            header = commands.message_header(
+                consumer_id, position.ledger_id, position.entry_id, len(data), redelivery_counts.get(position, 0)
+            )
+            write(header, data)
+            pending[position] = count
+            sent_messages += count
+            sent_bytes += len(data)
+        self.permits -= sent_messages
+        self.unacked_messages += sent_messages
+        self.msg_out += sent_messages
+        self.bytes_out += sent_bytes
+        if self.max_unacked and self.unacked_messages >= self.max_unacked:
+            self.blocked = True
+
+    def acked(self, position: Position) -> bool:
+        """Forget an acknowledged entry; returns whether this consumer had it."""
+        count = self.pending_acks.pop(position, None)
+        if count is None:
+            return False
+        self._release(count)
+        return True
+
+    def acked_up_to(self, position: Position) -> None:
+        """Forget every pending entry at or before ``position`` (cumulative ack)."""
+        done = [p for p in self.pending_acks if p <= position]
+        for p in done:
+            self._release(self.pending_acks.pop(p))
+
+    def take_pending(self, positions: list[Position] | None = None) -> list[Position]:
+        """Remove and return pending entries (all, or those among ``positions``) for redelivery."""
+        if positions is None:
+            taken = list(self.pending_acks)
+            self.pending_acks.clear()
+            self.unacked_messages = 0
+            self.blocked = False
+            return taken
+        taken = [p for p in positions if p in self.pending_acks]
+        for p in taken:
+            self._release(self.pending_acks.pop(p))
+        return taken
+
+    def _release(self, count: int) -> None:
+        self.unacked_messages = max(0, self.unacked_messages - count)
+        if self.blocked and self.unacked_messages <= self.max_unacked // 2:
+            self.blocked = False
+
+    def notify_active(self, active: bool) -> None:
+        self.connection.write(commands.active_consumer_change(self.consumer_id, active))
+
+    def disconnect(self) -> None:
+        """Ask the client to reconnect this consumer (CLOSE_CONSUMER), e.g. after a seek or unload."""
+        if not self.closed:
+            self.closed = True
+            self.connection.write(commands.close_consumer(self.consumer_id, 0))
+            self.connection.forget_consumer(self.consumer_id)

@@ -1,0 +1,84 @@
+"""A producer attached to a topic over one client connection."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from magnetar.broker.protocol import commands
+from magnetar.managed_ledger.api import Position
+
+if TYPE_CHECKING:
+    from magnetar.broker.connection import ServerConnection
+    from magnetar.broker.topic import PersistentTopic
+
+
+class PublishSlot:
+    """One SEND awaiting persistence; receipts leave strictly in SEND order."""
+
+    __slots__ = ("error", "highest_sequence_id", "position", "sequence_id")
+
+    def __init__(self, sequence_id: int, highest_sequence_id: int) -> None:
+        self.sequence_id = sequence_id
+        self.highest_sequence_id = highest_sequence_id
+        self.position: Position | None = None
+        self.error: tuple[int, str] | None = None
+
+
+class Producer:
+    """Per-producer state: identity, in-flight sends in order, counters for stats."""
+
+    def __init__(
+        self,
+        topic: PersistentTopic,
+        connection: ServerConnection,
+        producer_id: int,
+        name: str,
+        user_provided_name: bool,
+        metadata: dict[str, str],
+    ) -> None:
+        self.topic = topic
+        self.connection = connection
+        self.producer_id = producer_id
+        self.name = name
+        self.user_provided_name = user_provided_name
+        self.metadata = metadata
+        self.pending: deque[PublishSlot] = deque()
+        self.connected_since = time.time()
+        self.msg_in = 0
+        self.bytes_in = 0
+        self.closed = False
+
+    def enqueue(self, sequence_id: int, highest_sequence_id: int) -> PublishSlot:
+        slot = PublishSlot(sequence_id, highest_sequence_id)
+        self.pending.append(slot)
+        return slot
+
+    def complete(self, slot: PublishSlot, position: Position | None, error: tuple[int, str] | None = None) -> None:
+        """Record the outcome of ``slot`` and send every receipt that is now in order."""
+        slot.position = position
+        slot.error = error
+        pending = self.pending
+        write = self.connection.write
+        pid = self.producer_id
+        while pending and (pending[0].position is not None or pending[0].error is not None):
+            s = pending.popleft()
+            if self.closed:
+                continue
+            if s.error is not None:
+                write(commands.send_error(pid, s.sequence_id, *s.error))
+            else:
+                assert s.position is not None
+                write(
+                    commands.send_receipt(
+                        pid, s.sequence_id, s.position.ledger_id, s.position.entry_id, s.highest_sequence_id
+                    )
+                )
+
+    def disconnect(self) -> None:
+        """Ask the client to reconnect this producer (CLOSE_PRODUCER), e.g. when the topic unloads."""
+        if not self.closed:
+            self.closed = True
+            self.connection.write(commands.close_producer(self.producer_id, 0))
+            self.connection.forget_producer(self.producer_id)

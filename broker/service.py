@@ -1,0 +1,207 @@
+"""The broker service: owns topics, accepts binary-protocol connections, answers lookups."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.connection import ServerConnection
+from magnetar.broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.resources import Resources
+from magnetar.broker.schemas import SchemaRegistry
+from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic_name import TopicName
+from magnetar.managed_ledger.api import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.metadata.api import BadVersionError, MetadataStore
+
+log = logging.getLogger(__name__)
+
+Mode = pb.CommandGetTopicsOfNamespace
+_PRODUCER_NAME_COUNTER = "/counters/producer-name"
+
+
+class BrokerService:
+    """Topics by name, loaded on demand from the managed-ledger factory."""
+
+    def __init__(self, config: BrokerConfig, store: MetadataStore, ledgers: ManagedLedgerFactory) -> None:
+        self.config = config
+        self.store = store
+        self.ledgers = ledgers
+        self.resources = Resources(store)
+        self.schemas = SchemaRegistry(store)
+        self.connections: set[ServerConnection] = set()
+        self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
+        self._server: asyncio.base_events.Server | None = None
+        self._producer_seq = itertools.count()
+        self._instance = 0
+
+    @property
+    def broker_service_url(self) -> str:
+        return f"pulsar://{self.config.advertised_address}:{self.port}"
+
+    @property
+    def web_service_url(self) -> str:
+        return f"http://{self.config.advertised_address}:{self.config.web_service_port}"
+
+    @property
+    def port(self) -> int:
+        if self._server is not None and self._server.sockets:
+            return self._server.sockets[0].getsockname()[1]
+        return self.config.broker_service_port
+
+    async def start(self) -> None:
+        """Reserve a producer-name prefix and start listening on the binary port."""
+        self._instance = await self._next_instance()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: ServerConnection(self),
+            self.config.bind_address,
+            self.config.broker_service_port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        log.info("broker listening on %s:%d (%s)", self.config.bind_address, self.port, self.broker_service_url)
+
+    async def _next_instance(self) -> int:
+        """A number unique to this broker start, so generated producer names never repeat."""
+        for _ in range(20):
+            current = await self.store.get(_PRODUCER_NAME_COUNTER)
+            value = int(current.data) + 1 if current else 0
+            try:
+                await self.store.put(
+                    _PRODUCER_NAME_COUNTER, str(value).encode(), current.stat.version if current else -1
+                )
+            except BadVersionError:
+                continue
+            return value
+        raise RuntimeError("could not allocate a producer-name prefix")
+
+    def new_producer_name(self) -> str:
+        """Pulsar-style generated name: ``<cluster>-<broker instance>-<sequence>``."""
+        return f"{self.config.cluster_name}-{self._instance}-{next(self._producer_seq)}"
+
+    # ------------------------------------------------------------------ namespaces and lookups
+    async def check_namespace(self, topic: TopicName) -> None:
+        if not await self.resources.namespace_exists(topic.namespace):
+            raise TopicNotFoundError(f"Namespace {topic.namespace} does not exist")
+
+    async def partitioned_metadata(self, topic: TopicName, auto_create: bool = True) -> int:
+        """Partition count (0 = non-partitioned), auto-creating a partitioned topic when configured to."""
+        await self.check_namespace(topic)
+        if topic.partition_index >= 0:
+            return 0
+        partitions = await self.resources.get_partitions(topic)
+        if partitions:
+            return partitions
+        if (
+            auto_create
+            and self.config.allow_auto_topic_creation
+            and self.config.allow_auto_topic_creation_type == "partitioned"
+            and topic.persistent
+            and not await self.resources.topic_stored(topic)
+        ):
+            await self.resources.create_partitioned_topic(topic, self.config.default_num_partitions)
+            return await self.resources.get_partitions(topic)
+        return 0
+
+    async def list_topics(self, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
+        """Topics of a namespace for GET_TOPICS_OF_NAMESPACE (partitions listed individually)."""
+        tenant, _, ns = namespace.partition("/")
+        TopicName.parse(f"persistent://{tenant}/{ns}/x")  # validates the namespace name
+        if not await self.resources.namespace_exists(namespace):
+            raise TopicNotFoundError(f"Namespace {namespace} does not exist")
+        found: set[str] = set()
+        if mode in (Mode.PERSISTENT, Mode.ALL):
+            found.update(await self.resources.list_persistent_topics(namespace))
+        for key, fut in self._topics.items():
+            if not fut.done() or fut.exception() is not None:
+                continue
+            name = fut.result().name
+            if name.namespace == namespace and (mode == Mode.ALL or (mode == Mode.PERSISTENT) == name.persistent):
+                found.add(key)
+        return sorted(found)
+
+    # ------------------------------------------------------------------ topics
+    async def get_topic(self, name: TopicName, *, create: bool) -> PersistentTopic:
+        """The loaded topic, loading (and if allowed creating) it on first use."""
+        key = str(name)
+        fut = self._topics.get(key)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._topics[key] = fut
+            try:
+                topic = await self._load(name, create)
+            except BaseException as exc:
+                self._topics.pop(key, None)
+                fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError("topic load cancelled"))
+                fut.exception()  # retrieved: waiters get it through await
+                raise
+            fut.set_result(topic)
+            return topic
+        topic = await asyncio.shield(fut)
+        if topic.closed:
+            self._topics.pop(key, None)
+            return await self.get_topic(name, create=create)
+        return topic
+
+    async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
+        if not name.persistent:
+            raise NotAllowedError("Non-persistent topics are not supported yet")
+        await self.check_namespace(name)
+        if name.partition_index < 0 and await self.resources.get_partitions(name) > 0:
+            raise BrokerError(f"{name} is a partitioned topic: use its partitions", pb.TopicNotFound)
+        if not await self.resources.topic_stored(name):
+            base_partitions = (
+                await self.resources.get_partitions(name.partitioned_base) if name.partition_index >= 0 else 0
+            )
+            allowed = create and (self.config.allow_auto_topic_creation or base_partitions > name.partition_index)
+            if not allowed:
+                raise TopicNotFoundError(f"Topic {name} does not exist")
+        ledger = await self.ledgers.open(name.persistence_name, self.managed_ledger_config())
+        topic = PersistentTopic(self, name, ledger)
+        await topic.initialize()
+        log.debug("loaded topic %s", name)
+        return topic
+
+    def managed_ledger_config(self) -> ManagedLedgerConfig:
+        c = self.config
+        return ManagedLedgerConfig(
+            ensemble_size=c.managed_ledger_default_ensemble_size,
+            write_quorum=c.managed_ledger_default_write_quorum,
+            ack_quorum=c.managed_ledger_default_ack_quorum,
+            max_entries_per_ledger=c.managed_ledger_max_entries_per_ledger,
+            max_size_per_ledger_bytes=c.managed_ledger_max_size_per_ledger_mbytes * 1024 * 1024,
+            min_ledger_rollover_seconds=c.managed_ledger_min_ledger_rollover_time_minutes * 60,
+            max_ledger_rollover_seconds=c.managed_ledger_max_ledger_rollover_time_minutes * 60,
+            retention_time_seconds=c.default_retention_time_in_minutes * 60,
+            retention_size_bytes=c.default_retention_size_in_mb * 1024 * 1024,
+            cursor_flush_interval_seconds=c.managed_ledger_cursor_flush_interval_ms / 1000,
+        )
+
+    def loaded_topics(self) -> list[PersistentTopic]:
+        return [f.result() for f in self._topics.values() if f.done() and f.exception() is None]
+
+    async def unload_topic(self, topic: PersistentTopic) -> None:
+        key = str(topic.name)
+        fut = self._topics.get(key)
+        if fut is not None and fut.done() and fut.exception() is None and fut.result() is topic:
+            del self._topics[key]
+        await topic.close()
+
+    async def close(self) -> None:
+        """Stop accepting, close client connections and every topic (flushing cursors)."""
+        if self._server is not None:
+            self._server.close()
+        for topic in self.loaded_topics():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(topic.close(), 10)
+        self._topics.clear()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 5)

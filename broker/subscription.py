@@ -1,0 +1,156 @@
+"""A subscription: a cursor on the topic's managed ledger, its consumers and its dispatcher."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from magnetar.broker.consumer import Consumer, SubType
+from magnetar.broker.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
+from magnetar.broker.errors import BrokerError, ConsumerBusyError, NotAllowedError
+from magnetar.managed_ledger.api import ManagedCursor, Position
+
+if TYPE_CHECKING:
+    from magnetar.broker.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+SUB_TYPE_NAMES = {
+    SubType.Exclusive: "Exclusive",
+    SubType.Shared: "Shared",
+    SubType.Failover: "Failover",
+    SubType.Key_Shared: "Key_Shared",
+}
+
+
+class Subscription:
+    """Acks, redelivery and seeks for one named subscription of a persistent topic."""
+
+    def __init__(self, topic: PersistentTopic, name: str, cursor: ManagedCursor) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.sub_type: int | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.consumers: list[Consumer] = []
+        #: How often each pending position has been redelivered (sent in MESSAGE.redelivery_count).
+        self.redelivery_counts: dict[Position, int] = {}
+        #: Set while a seek disconnects consumers, so a reader's subscription survives until it resubscribes.
+        self._resetting = False
+
+    @property
+    def durable(self) -> bool:
+        return self.cursor.durable
+
+    def _make_dispatcher(self, sub_type: int) -> Dispatcher:
+        batch = self.topic.service.config.dispatcher_max_read_batch_size
+        if sub_type in (SubType.Exclusive, SubType.Failover):
+            return SingleActiveConsumerDispatcher(self, batch, self.topic.name.partition_index)
+        if sub_type == SubType.Shared:
+            return SharedDispatcher(self, batch)
+        raise NotAllowedError(f"Subscription type {SUB_TYPE_NAMES.get(sub_type, sub_type)} is not supported yet")
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Attach a consumer; enforces the subscription type's rules (ConsumerBusy as Pulsar reports it)."""
+        if self.consumers and self.sub_type != consumer.sub_type:
+            raise ConsumerBusyError("Subscription is of different type")
+        if consumer.sub_type == SubType.Exclusive and self.consumers:
+            raise ConsumerBusyError("Exclusive consumer is already connected")
+        limit = self.topic.service.config.max_consumers_per_subscription
+        if limit and len(self.consumers) >= limit:
+            raise ConsumerBusyError("Subscription reached max consumers limit")
+        if self.dispatcher is None or self.sub_type != consumer.sub_type:
+            self.sub_type = consumer.sub_type
+            self.dispatcher = self._make_dispatcher(consumer.sub_type)
+        self.consumers.append(consumer)
+        self.dispatcher.add_consumer(consumer)
+
+    async def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        consumer.closed = True
+        if self.dispatcher is not None:
+            await self.dispatcher.remove_consumer(consumer)
+        if not self.consumers and not self.durable and not self._resetting:
+            # A reader's (non-durable) subscription lives only as long as its consumer.
+            await self.topic.remove_subscription(self.name)
+
+    def wakeup(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.wakeup()
+
+    # acknowledgements
+    def ack_individual(self, consumer: Consumer, positions: list[Position]) -> None:
+        for p in positions:
+            if not consumer.acked(p):
+                for other in self.consumers:
+                    if other is not consumer and other.acked(p):
+                        break
+            self.redelivery_counts.pop(p, None)
+        self.cursor.delete(positions)
+        if self.dispatcher is not None:
+            self.dispatcher.redelivery.difference_update(positions)
+            self.dispatcher.wakeup()
+
+    def ack_cumulative(self, consumer: Consumer, position: Position) -> None:
+        if self.sub_type in (SubType.Shared, SubType.Key_Shared):
+            raise NotAllowedError("Cumulative ack is not supported for Shared subscription")
+        consumer.acked_up_to(position)
+        if self.redelivery_counts:
+            for p in [p for p in self.redelivery_counts if p <= position]:
+                del self.redelivery_counts[p]
+        if position > self.cursor.mark_delete_position:
+            self.cursor.mark_delete(position)
+        if self.dispatcher is not None:
+            self.dispatcher.wakeup()
+
+    def count_redelivery(self, position: Position) -> None:
+        self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
+
+    async def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        """REDELIVER_UNACKNOWLEDGED_MESSAGES: with ids (Shared nacks) or all of the consumer's unacked."""
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            return
+        if isinstance(dispatcher, SharedDispatcher):
+            dispatcher.redeliver(consumer.take_pending(positions))
+        elif isinstance(dispatcher, SingleActiveConsumerDispatcher):
+            await dispatcher.redeliver_all(consumer)
+
+    async def reset(self, position: Position) -> None:
+        """Seek: disconnect consumers (they resubscribe), then move the cursor so ``position`` is next."""
+        self._resetting = True
+        try:
+            for consumer in list(self.consumers):
+                consumer.disconnect()
+                await self.remove_consumer(consumer)
+            if self.dispatcher is not None:
+                await self.dispatcher.stop()
+                self.dispatcher.redelivery.clear()
+            self.redelivery_counts.clear()
+            await self.cursor.reset(position)
+        finally:
+            self._resetting = False
+
+    async def unsubscribe(self, consumer: Consumer | None, force: bool = False) -> None:
+        """Delete the subscription; refused while other consumers are connected unless forced."""
+        others = [c for c in self.consumers if c is not consumer]
+        if others and not force:
+            raise BrokerError("Subscription has active connected consumers", ConsumerBusyError.code)
+        for c in list(self.consumers):
+            if c is not consumer:
+                c.disconnect()
+            await self.remove_consumer(c)
+        await self.topic.delete_subscription(self.name)
+
+    async def close(self) -> None:
+        """Detach everything (consumers are told to reconnect) and release the cursor instance."""
+        for consumer in list(self.consumers):
+            consumer.disconnect()
+            await self.remove_consumer(consumer)
+        if self.dispatcher is not None:
+            await self.dispatcher.close()
+
+    def backlog(self) -> int:
+        return self.cursor.backlog_entries()

@@ -1,0 +1,188 @@
+"""A persistent topic: producers append entries to its managed ledger; subscriptions read them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from magnetar.broker.errors import BrokerError, NotAllowedError, ProducerBusyError
+from magnetar.broker.producer import Producer
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.protocol.frames import entry_num_messages, parse_metadata
+from magnetar.broker.subscription import Subscription
+from magnetar.broker.topic_name import TopicName
+from magnetar.managed_ledger.api import (
+    EARLIEST,
+    LATEST,
+    Entry,
+    InitialPosition,
+    ManagedLedger,
+    ManagedLedgerFencedError,
+    Position,
+)
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
+
+log = logging.getLogger(__name__)
+
+
+class PersistentTopic:
+    """Producers, subscriptions and the managed ledger of one (partition of a) topic."""
+
+    def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
+        self.service = service
+        self.name = name
+        self.ledger = ledger
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.msg_in = 0
+        self.bytes_in = 0
+        self.closed = False
+        self._loop = asyncio.get_running_loop()
+
+    async def initialize(self) -> None:
+        """Attach a subscription to every durable cursor recovered by the managed ledger."""
+        for name, cursor in self.ledger.cursors.items():
+            if cursor.durable and name not in self.subscriptions:
+                self.subscriptions[name] = Subscription(self, name, cursor)
+
+    # producers
+    def add_producer(self, producer: Producer) -> None:
+        if self.closed:
+            raise BrokerError("Topic is being closed", pb.ServiceNotReady)
+        existing = self.producers.get(producer.name)
+        if existing is not None and not existing.closed:
+            raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
+        limit = self.service.config.max_producers_per_topic
+        if limit and len(self.producers) >= limit:
+            raise ProducerBusyError("Topic reached max producers limit")
+        self.producers[producer.name] = producer
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+
+    def publish(
+        self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, data: bytes
+    ) -> None:
+        """Append one entry (a message or a whole batch); the receipt is sent once it is durable."""
+        slot = producer.enqueue(sequence_id, highest_sequence_id)
+        producer.msg_in += num_messages
+        producer.bytes_in += len(data)
+        self.msg_in += num_messages
+        self.bytes_in += len(data)
+        self._loop.create_task(self._persist(producer, slot, data))
+
+    async def _persist(self, producer: Producer, slot, data: bytes) -> None:  # type: ignore[no-untyped-def]
+        try:
+            position = await self.ledger.add_entry(data)
+        except ManagedLedgerFencedError:
+            producer.complete(slot, None, (pb.PersistenceError, "Topic is fenced: another broker owns it"))
+            self._loop.create_task(self.service.unload_topic(self))
+            return
+        except Exception as exc:  # storage failure: the client retries after the error
+            log.warning("publish failed on %s: %s", self.name, exc)
+            producer.complete(slot, None, (pb.PersistenceError, f"Failed to persist message: {exc}"))
+            return
+        producer.complete(slot, position)
+        for sub in self.subscriptions.values():
+            sub.wakeup()
+
+    # subscriptions
+    async def subscribe(
+        self,
+        name: str,
+        durable: bool,
+        initial_position: int,
+        start_message_id: pb.MessageIdData | None,
+    ) -> Subscription:
+        """Get or create the subscription ``name``."""
+        sub = self.subscriptions.get(name)
+        if sub is not None:
+            if sub.durable != durable:
+                raise NotAllowedError(f"Subscription {name} exists with a different durability")
+            return sub
+        if durable:
+            if not self.service.config.allow_auto_subscription_creation and name not in self.ledger.cursors:
+                raise BrokerError(f"Subscription {name} does not exist", pb.SubscriptionNotFound)
+            start = (
+                InitialPosition.EARLIEST if initial_position == pb.CommandSubscribe.Earliest else InitialPosition.LATEST
+            )
+            cursor = await self.ledger.open_cursor(name, start)
+        else:
+            cursor = self.ledger.new_non_durable_cursor(name, self._reader_start(start_message_id, initial_position))
+        sub = self.subscriptions.get(name)  # a concurrent subscribe may have won while we awaited
+        if sub is None:
+            sub = Subscription(self, name, cursor)
+            self.subscriptions[name] = sub
+        return sub
+
+    def _reader_start(self, start: pb.MessageIdData | None, initial_position: int) -> Position:
+        if start is None:
+            return EARLIEST if initial_position == pb.CommandSubscribe.Earliest else LATEST
+        return wire_position(start)
+
+    async def remove_subscription(self, name: str) -> None:
+        """Drop a non-durable subscription whose last consumer left."""
+        sub = self.subscriptions.pop(name, None)
+        if sub is not None:
+            await sub.close()
+            await sub.cursor.close()
+
+    async def delete_subscription(self, name: str) -> None:
+        """Unsubscribe: remove the subscription and its stored cursor."""
+        sub = self.subscriptions.pop(name, None)
+        if sub is not None:
+            await sub.close()
+            if sub.durable:
+                await self.ledger.delete_cursor(name)
+            else:
+                await sub.cursor.close()
+
+    # queries
+    async def last_message_id(self) -> tuple[Position, int]:
+        """Position of the last entry and the index of its last message (-1 when not a batch)."""
+        last = self.ledger.last_confirmed_entry
+        if last.entry_id < 0:
+            return last, -1
+        entry = await self.ledger.read_entry(last)
+        count = entry_num_messages(entry.data)
+        metadata, _ = parse_metadata(entry.data)
+        return last, (count - 1) if metadata.HasField("num_messages_in_batch") else -1
+
+    async def find_position_by_publish_time(self, publish_time_ms: int) -> Position:
+        """Where a seek to ``publish_time_ms`` resumes: after the newest entry published at or before it,
+        as Pulsar's resetCursor(timestamp) does; the first entry if none is that old."""
+
+        def published_before(entry: Entry) -> bool:
+            metadata, _ = parse_metadata(entry.data)
+            return metadata.publish_time <= publish_time_ms
+
+        newest_before = await self.ledger.find_newest_matching(published_before)
+        if newest_before is None:
+            return EARLIEST
+        return self.ledger.next_position(newest_before)
+
+    async def close(self) -> None:
+        """Disconnect clients (they reconnect and reload the topic) and close the managed ledger."""
+        if self.closed:
+            return
+        self.closed = True
+        for producer in list(self.producers.values()):
+            producer.disconnect()
+        self.producers.clear()
+        for sub in list(self.subscriptions.values()):
+            await sub.close()
+        await self.ledger.close()
+
+
+def wire_position(message_id: pb.MessageIdData) -> Position:
+    """Map a client's MessageIdData to a position; the earliest/latest sentinels map to EARLIEST/LATEST."""
+    ledger, entry = message_id.ledgerId, message_id.entryId
+    if ledger >= 2**63 or entry >= 2**63:  # unsigned -1: MessageId.earliest
+        return EARLIEST
+    if ledger == 2**63 - 1 and entry == 2**63 - 1:
+        return LATEST
+    return Position(ledger, entry)

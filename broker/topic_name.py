@@ -1,0 +1,98 @@
+"""Topic names: ``{persistent|non-persistent}://tenant/namespace/topic`` and the short forms clients accept."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from magnetar.broker.errors import InvalidTopicNameError
+
+PARTITION_SUFFIX = "-partition-"
+DEFAULT_TENANT = "public"
+DEFAULT_NAMESPACE = "default"
+_NAMED_ENTITY = re.compile(r"^[-=:.\w]+$")
+
+
+def check_named_entity(kind: str, name: str) -> None:
+    """Tenant, namespace, cluster names: Pulsar's allowed characters (letters, digits, ``-=:._``)."""
+    if not name or not _NAMED_ENTITY.match(name):
+        raise InvalidTopicNameError(f"Invalid {kind} name: '{name}'")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicName:
+    """A parsed, validated topic name."""
+
+    domain: str
+    tenant: str
+    namespace_portion: str
+    local_name: str
+
+    @classmethod
+    def parse(cls, name: str) -> TopicName:
+        """Parse a full or short name; raises :class:`InvalidTopicNameError`."""
+        if not name or any(ord(c) < 0x20 for c in name):
+            raise InvalidTopicNameError(f"Invalid topic name: '{name}'")
+        if "://" not in name:
+            parts = name.split("/")
+            if len(parts) == 1:
+                name = f"persistent://{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/{name}"
+            elif len(parts) == 3:
+                name = f"persistent://{name}"
+            else:
+                raise InvalidTopicNameError(
+                    f"Invalid short topic name '{name}', it should be in the format of "
+                    "<tenant>/<namespace>/<topic> or <topic>"
+                )
+        domain, _, rest = name.partition("://")
+        if domain not in ("persistent", "non-persistent"):
+            raise InvalidTopicNameError(f"Invalid topic domain in '{name}'")
+        parts = rest.split("/", 2)
+        if len(parts) != 3 or not parts[2]:
+            raise InvalidTopicNameError(f"Invalid topic name: '{name}'")
+        tenant, namespace, local = parts
+        check_named_entity("tenant", tenant)
+        check_named_entity("namespace", namespace)
+        if "/" in local:
+            # V1 names (tenant/cluster/namespace/topic) are not supported.
+            raise InvalidTopicNameError(f"Invalid topic name: '{name}' (cluster-qualified names are not supported)")
+        return cls(domain, tenant, namespace, local)
+
+    @property
+    def persistent(self) -> bool:
+        return self.domain == "persistent"
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.tenant}/{self.namespace_portion}"
+
+    @property
+    def partition_index(self) -> int:
+        """The partition number for ``...-partition-N`` names, else -1."""
+        base, sep, index = self.local_name.rpartition(PARTITION_SUFFIX)
+        if sep and base and index.isdigit():
+            return int(index)
+        return -1
+
+    @property
+    def partitioned_base(self) -> TopicName:
+        """The partitioned topic this partition belongs to (itself if not a partition)."""
+        if self.partition_index < 0:
+            return self
+        return TopicName(
+            self.domain, self.tenant, self.namespace_portion, self.local_name.rpartition(PARTITION_SUFFIX)[0]
+        )
+
+    def partition(self, index: int) -> TopicName:
+        return TopicName(
+            self.domain, self.tenant, self.namespace_portion, f"{self.local_name}{PARTITION_SUFFIX}{index}"
+        )
+
+    @property
+    def persistence_name(self) -> str:
+        """Managed-ledger name: ``tenant/ns/persistent/<url-encoded local name>`` as Pulsar encodes it."""
+        return f"{self.tenant}/{self.namespace_portion}/{self.domain}/{quote(self.local_name, safe='')}"
+
+    def __str__(self) -> str:
+        return f"{self.domain}://{self.tenant}/{self.namespace_portion}/{self.local_name}"

@@ -1,0 +1,104 @@
+"""Topic-level behaviour: auto-creation, namespace listing for regex consumers, schemas, liveness."""
+
+from __future__ import annotations
+
+import re
+
+import pulsar
+import pytest
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from pulsar.schema import StringSchema
+
+from tests.conftest import StandaloneProcess
+from tests.rawclient import RawClient
+
+T = pb.BaseCommand
+
+
+def test_regex_consumer_finds_topics(client: pulsar.Client, topic_name: str) -> None:
+    base = topic_name.rsplit("/", 1)[1]
+    for suffix in ("a", "b"):
+        client.create_producer(f"{topic_name}-{suffix}").close()
+    consumer = client.subscribe(
+        re.compile(f"persistent://public/default/{base}-.*"), "rx", initial_position=pulsar.InitialPosition.Earliest
+    )
+    for suffix in ("a", "b"):
+        client.create_producer(f"{topic_name}-{suffix}").send(suffix.encode())
+    got = sorted(consumer.receive(timeout_millis=5000).data() for _ in range(2))
+    assert got == [b"a", b"b"]
+
+
+def test_topics_of_namespace_hash_and_modes(
+    standalone: StandaloneProcess, client: pulsar.Client, topic_name: str
+) -> None:
+    client.create_producer(topic_name).close()
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        cmd = T(type=T.GET_TOPICS_OF_NAMESPACE)
+        cmd.getTopicsOfNamespace.request_id = 3
+        cmd.getTopicsOfNamespace.namespace = "public/default"
+        raw.send(cmd)
+        first = raw.recv_until(T.GET_TOPICS_OF_NAMESPACE_RESPONSE).getTopicsOfNamespaceResponse
+        assert first.request_id == 3 and topic_name in first.topics and first.changed
+        cmd.getTopicsOfNamespace.topics_hash = first.topics_hash
+        raw.send(cmd)
+        second = raw.recv_until(T.GET_TOPICS_OF_NAMESPACE_RESPONSE).getTopicsOfNamespaceResponse
+        assert not second.changed and list(second.topics) == []
+        cmd.getTopicsOfNamespace.mode = pb.CommandGetTopicsOfNamespace.NON_PERSISTENT
+        cmd.getTopicsOfNamespace.ClearField("topics_hash")
+        raw.send(cmd)
+        third = raw.recv_until(T.GET_TOPICS_OF_NAMESPACE_RESPONSE).getTopicsOfNamespaceResponse
+        assert topic_name not in third.topics
+    finally:
+        raw.close()
+
+
+def test_get_schema_without_schema(standalone: StandaloneProcess, client: pulsar.Client, topic_name: str) -> None:
+    client.create_producer(topic_name).close()
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        cmd = T(type=T.GET_SCHEMA)
+        cmd.getSchema.request_id = 9
+        cmd.getSchema.topic = topic_name
+        raw.send(cmd)
+        reply = raw.recv_until(T.GET_SCHEMA_RESPONSE).getSchemaResponse
+        assert reply.request_id == 9 and reply.error_code == pb.TopicNotFound
+    finally:
+        raw.close()
+
+
+def test_string_schema_roundtrip(client: pulsar.Client, topic_name: str) -> None:
+    producer = client.create_producer(topic_name, schema=StringSchema())
+    consumer = client.subscribe(
+        topic_name, "s", schema=StringSchema(), initial_position=pulsar.InitialPosition.Earliest
+    )
+    producer.send("héllo")
+    assert consumer.receive(timeout_millis=5000).value() == "héllo"
+
+
+def test_auto_creation_disabled(fresh_standalone: StandaloneProcess) -> None:
+    fresh_standalone.extra_config["allowAutoTopicCreation"] = "false"
+    fresh_standalone.start()
+    c = pulsar.Client(
+        fresh_standalone.service_url, operation_timeout_seconds=5, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+    try:
+        with pytest.raises(pulsar.TopicNotFound):
+            c.create_producer("persistent://public/default/not-there")
+    finally:
+        c.close()
+
+
+def test_dead_peer_detection(fresh_standalone: StandaloneProcess) -> None:
+    fresh_standalone.extra_config["keepAliveIntervalSeconds"] = "1"
+    fresh_standalone.start()
+    raw = RawClient(fresh_standalone.port, timeout=10)
+    try:
+        raw.connect()
+        ping, _ = raw.recv_command()
+        assert ping.type == T.PING  # the broker probes an idle client
+        assert raw.is_closed(timeout=5)  # ...and drops it when no PONG comes back
+    finally:
+        raw.close()
