@@ -361,9 +361,7 @@ class EmbeddedMetadataStore(MetadataStore):
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
                     os.close(fd)
-                    raise StoreUnavailableError(
-                        f"metadata store {self.path} is in use by another process"
-                    ) from None
+                    raise StoreUnavailableError(f"metadata store {self.path} is in use by another process") from None
                 self._lock_fd = fd
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
         if self.path != ":memory:":
@@ -555,9 +553,7 @@ class EmbeddedMetadataStore(MetadataStore):
         else:
             # Descendants are exactly the keys in [path + '/', path + '0') since '0' follows '/'.
             where, params = "path=? OR (path>=? AND path<?)", (path, path + "/", path + "0")
-        gone = [
-            r[0] for r in conn.execute(f"SELECT path FROM kv WHERE ({where}) AND data IS NOT NULL", params)
-        ]
+        gone = [r[0] for r in conn.execute(f"SELECT path FROM kv WHERE ({where}) AND data IS NOT NULL", params)]
         conn.execute(f"DELETE FROM kv WHERE {where}", params)
         if path != "/":
             self._prune(_parent(path))

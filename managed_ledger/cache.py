@@ -1,0 +1,134 @@
+"""Entry cache of recently added entries, bounded by bytes and shared by a factory's ledgers.
+
+Tailing consumers read what producers just wrote; keeping those bytes avoids a ledger read per
+dispatch. Each managed ledger gets a :class:`LedgerCache` (an ordered map: appends arrive in
+position order, so its head is its oldest entry). When the shared budget is exceeded, entries
+every open cursor has already read are dropped first, then the oldest entries of the largest
+caches, down to a low-water mark so eviction is amortised over many inserts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+
+from magnetar.managed_ledger.api import Position
+
+log = logging.getLogger(__name__)
+
+#: Evict down to this fraction of the budget so eviction does not run on every insert.
+LOW_WATER = 0.85
+
+
+class LedgerCache:
+    """One managed ledger's slice of an :class:`EntryCache`."""
+
+    __slots__ = ("_entries", "_manager", "name", "size", "slowest_reader")
+
+    def __init__(self, manager: EntryCache, name: str, slowest_reader: Callable[[], Position | None]) -> None:
+        self._manager = manager
+        self.name = name
+        #: Returns the smallest read position of open cursors (``None``: nobody will read).
+        self.slowest_reader = slowest_reader
+        self._entries: OrderedDict[Position, bytes] = OrderedDict()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def insert(self, pos: Position, data: bytes) -> None:
+        """Cache a just-added entry (positions must arrive in increasing order)."""
+        if pos in self._entries:
+            return
+        self._entries[pos] = data
+        n = len(data)
+        self.size += n
+        m = self._manager
+        m.size += n
+        if m.size > m.max_bytes:
+            m.evict()
+
+    def get(self, pos: Position) -> bytes | None:
+        """The cached bytes of ``pos`` or ``None``."""
+        return self._entries.get(pos)
+
+    def evict_before(self, pos: Position) -> int:
+        """Drop entries before ``pos``; returns bytes freed."""
+        entries = self._entries
+        freed = 0
+        while entries:
+            first = next(iter(entries))
+            if first >= pos:
+                break
+            freed += len(entries.popitem(last=False)[1])
+        self._account(freed)
+        return freed
+
+    def evict_oldest(self, max_bytes: int) -> int:
+        """Drop oldest entries until at least ``max_bytes`` are freed (or the cache is empty)."""
+        entries = self._entries
+        freed = 0
+        while entries and freed < max_bytes:
+            freed += len(entries.popitem(last=False)[1])
+        self._account(freed)
+        return freed
+
+    def evict_ledger(self, ledger_id: int) -> None:
+        """Drop every entry of one ledger (it was trimmed)."""
+        doomed = [p for p in self._entries if p.ledger_id == ledger_id]
+        freed = sum(len(self._entries.pop(p)) for p in doomed)
+        self._account(freed)
+
+    def clear(self) -> None:
+        """Drop everything."""
+        freed = self.size
+        self._entries.clear()
+        self._account(freed)
+
+    def close(self) -> None:
+        """Drop everything and detach from the shared budget."""
+        self.clear()
+        self._manager._caches.pop(self.name, None)
+
+    def _account(self, freed: int) -> None:
+        self.size -= freed
+        self._manager.size -= freed
+
+
+class EntryCache:
+    """Byte-bounded cache shared by all managed ledgers of one factory."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self.evictions = 0
+        self._caches: dict[str, LedgerCache] = {}
+
+    def for_ledger(self, name: str, slowest_reader: Callable[[], Position | None]) -> LedgerCache:
+        """Create (or replace) the slice for the managed ledger ``name``."""
+        old = self._caches.pop(name, None)
+        if old is not None:
+            old.clear()
+        cache = LedgerCache(self, name, slowest_reader)
+        self._caches[name] = cache
+        return cache
+
+    def evict(self) -> None:
+        """Bring the total size below the low-water mark."""
+        self.evictions += 1
+        target = int(self.max_bytes * LOW_WATER)
+        # 1. Entries already read by every open cursor of their ledger.
+        for cache in list(self._caches.values()):
+            if self.size <= target:
+                return
+            slowest = cache.slowest_reader()
+            if slowest is None:
+                cache.clear()
+            else:
+                cache.evict_before(slowest)
+        # 2. Still too big: oldest entries first, biggest caches first.
+        for cache in sorted(self._caches.values(), key=lambda c: c.size, reverse=True):
+            if self.size <= target:
+                return
+            cache.evict_oldest(self.size - target)

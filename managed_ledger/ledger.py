@@ -1,0 +1,1021 @@
+"""The managed ledger: one topic's log as an ordered list of ledgers, only the last writable.
+
+Writes. ``add_entry`` normally awaits the write handle's ``append`` directly (no extra task per
+entry); concurrent calls are pipelined and the handle completes them in order. When the current
+ledger is full (or failed) the writer stops accepting direct appends, waits for the in-flight
+ones, closes the ledger, creates the next one and records the list with a compare-and-swap.
+Appends arriving meanwhile are queued and re-issued in arrival order by tasks that start in FIFO
+order; direct appends resume only once the last of them has been issued, so nothing overtakes.
+
+Ownership. A new owner opens the last ledger with recovery (fencing the old writer) and CASes the
+ledger list; a CAS failure, or a fenced append, means someone else owns the topic now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from magnetar.ledger.api import (
+    LedgerConfig,
+    LedgerError,
+    LedgerFencedError,
+    NoSuchLedgerError,
+    ReadHandle,
+    WriteHandle,
+)
+from magnetar.managed_ledger.api import (
+    EARLIEST,
+    LATEST,
+    CursorNotFoundError,
+    Entry,
+    InitialPosition,
+    ManagedCursor,
+    ManagedLedger,
+    ManagedLedgerClosedError,
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    Position,
+)
+from magnetar.managed_ledger.cursor import ManagedCursorImpl
+from magnetar.managed_ledger.metadata import (
+    CursorInfo,
+    LedgerInfo,
+    ManagedLedgerInfo,
+    cursor_name_from_node,
+    cursor_path,
+    ledger_path,
+)
+from magnetar.metadata.api import NOT_EXISTS, BadVersionError, MetadataError, NotFoundError
+
+if TYPE_CHECKING:
+    from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How often one entry is re-issued on a fresh ledger after write failures before the add fails.
+MAX_ADD_ATTEMPTS = 3
+
+
+class State(Enum):
+    """Lifecycle of a :class:`ManagedLedgerImpl`."""
+
+    OPENING = "opening"
+    OPEN = "open"
+    FENCED = "fenced"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True, eq=False)
+class _PendingAdd:
+    data: bytes
+    future: asyncio.Future[Position]
+    attempts: int = 0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ManagedLedgerImpl(ManagedLedger):
+    """:class:`ManagedLedger` over a :class:`~magnetar.ledger.api.LedgerClient` and a metadata store.
+
+    Built by :class:`~magnetar.managed_ledger.factory.ManagedLedgerFactoryImpl`; not constructed directly.
+    """
+
+    def __init__(self, factory: ManagedLedgerFactoryImpl, name: str, config: ManagedLedgerConfig) -> None:
+        self.name = name
+        self._factory = factory
+        self._config = config
+        self._store = factory.store
+        self._client = factory.client
+        self._path = ledger_path(name)
+        self._loop = asyncio.get_running_loop()
+        self._state = State.OPENING
+        self._info_version = NOT_EXISTS
+        self._properties: dict[str, str] = {}
+        # Ledger list: ids ascending; the last one is the current (writable) ledger once open.
+        self._ledgers: dict[int, LedgerInfo] = {}
+        self._ledger_ids: list[int] = []
+        self._current: LedgerInfo | None = None
+        self._current_created = 0.0  # loop time, for rollover age
+        self._handle: WriteHandle | None = None
+        self._closed_entries = 0  # totals of closed ledgers in the list
+        self._closed_size = 0
+        self._last_confirmed = EARLIEST
+        # Writer state (see module docstring).
+        self._accepting = False
+        self._rolling = False
+        self._queue: deque[_PendingAdd] = deque()
+        self._requeue: list[_PendingAdd] = []
+        self._retry: list[_PendingAdd] = []
+        self._wave_pending = 0
+        self._inflight = 0
+        self._issued_entries = 0
+        self._issued_bytes = 0
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._rollover_task: asyncio.Task[None] | None = None
+        self._rollover_timer: asyncio.TimerHandle | None = None
+        # Cursors: durable ones stay here after their instance is closed (they still hold back trimming).
+        self._cursors: dict[str, ManagedCursorImpl] = {}
+        self._opening_cursors: dict[str, asyncio.Future[ManagedCursorImpl]] = {}
+        self._waiting: set[ManagedCursorImpl] = set()
+        # Housekeeping.
+        self._meta_lock = asyncio.Lock()
+        self._read_handles: dict[int, asyncio.Future[ReadHandle]] = {}
+        self._trim_timer: asyncio.TimerHandle | None = None
+        self._periodic_timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._cache = factory.cache.for_ledger(name, self._slowest_reader)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def state(self) -> State:
+        """Current lifecycle state."""
+        return self._state
+
+    @property
+    def fenced(self) -> bool:
+        """Whether another owner took this managed ledger over (writes fail from now on)."""
+        return self._state is State.FENCED
+
+    @property
+    def config(self) -> ManagedLedgerConfig:
+        """The settings this ledger was opened with."""
+        return self._config
+
+    @property
+    def ledger_ids(self) -> list[int]:
+        """Ids of the ledgers currently in the list (oldest first; the last is the current one)."""
+        return list(self._ledger_ids)
+
+    @property
+    def last_confirmed_entry(self) -> Position:
+        return self._last_confirmed
+
+    @property
+    def first_position(self) -> Position:
+        return self._normalize(Position(-1, 0))
+
+    @property
+    def number_of_entries(self) -> int:
+        cur = self._current
+        return self._closed_entries + (cur.entries if cur is not None and not cur.closed else 0)
+
+    @property
+    def total_size(self) -> int:
+        cur = self._current
+        return self._closed_size + (cur.size if cur is not None and not cur.closed else 0)
+
+    @property
+    def cursors(self) -> dict[str, ManagedCursor]:
+        return dict(self._cursors)
+
+    # ------------------------------------------------------------------ open / recovery
+
+    async def _initialize(self) -> None:
+        value = await self._io(self._store.get(self._path), "read managed ledger info")
+        if value is None:
+            info = ManagedLedgerInfo()
+        else:
+            info = ManagedLedgerInfo.parse(value.data)
+            self._info_version = value.stat.version
+        self._properties = dict(info.properties)
+        for li in info.ledgers:
+            if not li.closed:
+                await self._recover_ledger(li)
+        keep = [li for li in info.ledgers if li.entries > 0]
+        empty = [li.ledger_id for li in info.ledgers if li.entries == 0]
+        for li in keep:
+            self._ledgers[li.ledger_id] = li
+            self._ledger_ids.append(li.ledger_id)
+            self._closed_entries += li.entries
+            self._closed_size += li.size
+        async with self._meta_lock:
+            await self._create_ledger()
+        if keep:
+            self._last_confirmed = Position(keep[-1].ledger_id, keep[-1].entries - 1)
+        else:
+            assert self._current is not None
+            self._last_confirmed = Position(self._current.ledger_id, -1)
+        for lid in empty:
+            await self._delete_ledger_quietly(lid)
+        await self._recover_cursors()
+        self._state = State.OPEN
+        self._accepting = True
+        self._schedule_periodic()
+        self._schedule_trim(0.0)
+        log.debug("opened managed ledger %s: ledgers=%s lac=%s", self.name, self._ledger_ids, self._last_confirmed)
+
+    async def _recover_ledger(self, li: LedgerInfo) -> None:
+        """Fence and seal a ledger a previous owner left open; learn its true length."""
+        try:
+            handle = await self._io(
+                self._client.open_ledger(li.ledger_id, recovery=True), f"recover ledger {li.ledger_id}"
+            )
+        except NoSuchLedgerError:
+            log.warning("%s: ledger %d in the list does not exist; dropping it", self.name, li.ledger_id)
+            li.entries, li.size = 0, 0
+        else:
+            li.entries = handle.last_add_confirmed + 1
+            li.size = handle.length
+            await self._close_handle_quietly(handle)
+        li.closed = True
+        li.timestamp_ms = _now_ms()
+
+    async def _recover_cursors(self) -> None:
+        nodes = await self._io(self._store.get_children(self._path), "list cursors")
+        values = await asyncio.gather(
+            *(self._io(self._store.get(f"{self._path}/{node}"), "read cursor") for node in nodes)
+        )
+        first = self.first_position
+        for node, value in zip(nodes, values, strict=True):
+            if value is None:
+                continue
+            name = cursor_name_from_node(node)
+            try:
+                info = CursorInfo.parse(value.data)
+            except (ValueError, KeyError, TypeError) as e:
+                log.error("%s: cursor %s has unreadable state (%s); starting it at the end", self.name, name, e)
+                info = CursorInfo(self._last_confirmed)
+            md = info.mark_delete
+            if md.ledger_id < first.ledger_id:  # its ledgers were trimmed
+                md = Position(first.ledger_id, -1)
+            if md > self._last_confirmed:
+                md = self._last_confirmed
+            cursor = ManagedCursorImpl(
+                self,
+                name,
+                durable=True,
+                mark_delete=md,
+                properties=info.properties,
+                version=value.stat.version,
+                last_active_ms=info.last_active_ms,
+            )
+            cursor._restore_acks(info.individually_deleted)
+            self._cursors[name] = cursor
+
+    async def _create_ledger(self) -> None:
+        """Create the next ledger and record it in the list (caller holds the metadata lock)."""
+        cfg = self._config
+        handle = await self._io(
+            self._client.create_ledger(LedgerConfig(cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum)),
+            "create ledger",
+        )
+        lid = handle.ledger_id
+        if self._ledger_ids and lid <= self._ledger_ids[-1]:
+            await self._close_handle_quietly(handle)
+            await self._delete_ledger_quietly(lid)
+            raise ManagedLedgerError(f"ledger client returned id {lid}, not above {self._ledger_ids[-1]}")
+        li = LedgerInfo(lid, 0, 0, _now_ms(), closed=False)
+        try:
+            await self._write_info([*(self._ledgers[i] for i in self._ledger_ids), li])
+        except BaseException:
+            await self._close_handle_quietly(handle)
+            await self._delete_ledger_quietly(lid)
+            raise
+        self._ledgers[lid] = li
+        self._ledger_ids.append(lid)
+        self._current = li
+        self._current_created = self._loop.time()
+        self._handle = handle
+        self._issued_entries = 0
+        self._issued_bytes = 0
+        if self._rollover_timer is not None:
+            self._rollover_timer.cancel()
+        self._rollover_timer = self._loop.call_later(
+            max(self._config.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
+        )
+
+    async def _write_info(self, ledgers: list[LedgerInfo]) -> None:
+        """CAS the ledger list; a version conflict means another owner took over."""
+        data = ManagedLedgerInfo(ledgers, self._properties).serialize()
+        try:
+            stat = await self._io(self._store.put(self._path, data, self._info_version), "write info")
+        except BadVersionError:
+            self._set_fenced("the ledger list was changed by another owner")
+            raise ManagedLedgerFencedError(f"{self.name}: another owner updated the ledger list") from None
+        self._info_version = stat.version
+
+    async def _still_owner(self) -> bool:
+        """Whether the stored ledger list is still the version this instance wrote last."""
+        value = await self._io(self._store.get(self._path), "read managed ledger info")
+        return value is not None and value.stat.version == self._info_version
+
+    # ------------------------------------------------------------------ writes
+
+    async def add_entry(self, data: bytes) -> Position:
+        if self._accepting:
+            return await self._append(data, None)
+        self._check_writable()
+        item = _PendingAdd(data, self._loop.create_future())
+        self._queue.append(item)
+        if self._handle is None and not self._rolling:
+            self._start_rollover()  # no writable ledger (an earlier creation failed): try again
+        return await item.future
+
+    def _check_writable(self) -> None:
+        if self._state is State.FENCED:
+            raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it")
+        if self._state is not State.OPEN:
+            raise ManagedLedgerClosedError(f"{self.name} is {self._state.value}")
+
+    async def _append(self, data: bytes, item: _PendingAdd | None) -> Position:
+        # Everything up to handle.append() runs synchronously: the entry is issued in call order.
+        handle = self._handle
+        cur = self._current
+        assert handle is not None and cur is not None
+        self._inflight += 1
+        self._issued_entries += 1
+        self._issued_bytes += len(data)
+        cfg = self._config
+        if (
+            self._issued_entries >= cfg.max_entries_per_ledger or self._issued_bytes >= cfg.max_size_per_ledger_bytes
+        ) and self._loop.time() - self._current_created >= cfg.min_ledger_rollover_seconds:
+            self._start_rollover()
+        try:
+            entry_id = await handle.append(data)
+        except LedgerFencedError:
+            self._inflight_done()
+            self._set_fenced("the current ledger was fenced by another owner")
+            raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it") from None
+        except LedgerError as e:
+            self._inflight_done()
+            if item is None:
+                item = _PendingAdd(data, self._loop.create_future())
+            item.attempts += 1
+            if self._state is not State.OPEN or item.attempts >= MAX_ADD_ATTEMPTS:
+                raise ManagedLedgerError(f"{self.name}: add failed: {e}") from e
+            log.warning("%s: write to ledger %d failed (%s); continuing on a new ledger", self.name, cur.ledger_id, e)
+            self._retry.append(item)  # failures complete in issue order, so retries keep it
+            self._start_rollover()
+            return await item.future
+        except BaseException:
+            self._inflight_done()
+            raise
+        self._inflight_done()
+        pos = Position(cur.ledger_id, entry_id)
+        if entry_id >= cur.entries:
+            cur.entries = entry_id + 1
+        cur.size += len(data)
+        if pos > self._last_confirmed:
+            self._last_confirmed = pos
+        self._cache.insert(pos, data)
+        if self._waiting:
+            self._notify_waiting()
+        return pos
+
+    def _inflight_done(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0 and self._drain_waiters:
+            waiters, self._drain_waiters = self._drain_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _wait_drained(self) -> None:
+        """Wait until no append is in flight."""
+        if self._inflight:
+            fut: asyncio.Future[None] = self._loop.create_future()
+            self._drain_waiters.append(fut)
+            await fut
+
+    def _notify_waiting(self) -> None:
+        waiting, self._waiting = self._waiting, set()
+        for cursor in waiting:
+            cursor._wake()
+
+    def _pump(self) -> None:
+        """Issue queued adds in order, or reopen the direct path when nothing is queued."""
+        items = [*self._retry, *self._requeue, *self._queue]
+        self._retry.clear()
+        self._requeue.clear()
+        self._queue.clear()
+        items = [it for it in items if not it.future.done()]
+        if not items:
+            self._accepting = self._state is State.OPEN and self._handle is not None and not self._rolling
+            return
+        self._wave_pending = len(items)
+        for it in items:
+            self._spawn(self._append_queued(it))
+
+    async def _append_queued(self, item: _PendingAdd) -> None:
+        self._wave_pending -= 1
+        last = self._wave_pending == 0
+        if item.future.done():  # the caller gave up
+            if last and not self._rolling:
+                self._pump()
+            return
+        if self._state is not State.OPEN:
+            item.future.set_exception(self._not_writable_error())
+            return
+        if self._rolling or self._handle is None:
+            self._requeue.append(item)  # a rollover began mid-wave: back in line, still in order
+            return
+        if last:
+            # Newer queued adds go out in a later wave; with none, direct appends resume. Either way
+            # this entry is issued (synchronously, below) before any of them.
+            self._pump()
+        try:
+            pos = await self._append(item.data, item)
+        except BaseException as e:
+            if not item.future.done():
+                item.future.set_exception(e)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+        else:
+            if not item.future.done():
+                item.future.set_result(pos)
+
+    def _not_writable_error(self) -> ManagedLedgerError:
+        if self._state is State.FENCED:
+            return ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it")
+        return ManagedLedgerClosedError(f"{self.name} is {self._state.value}")
+
+    def _fail_queued(self, exc: ManagedLedgerError) -> None:
+        items = [*self._retry, *self._requeue, *self._queue]
+        self._retry.clear()
+        self._requeue.clear()
+        self._queue.clear()
+        for it in items:
+            if not it.future.done():
+                it.future.set_exception(exc)
+
+    def _on_rollover_timer(self) -> None:
+        self._rollover_timer = None
+        if self._state is not State.OPEN or self._rolling:
+            return
+        if self._issued_entries > 0:
+            self._start_rollover()
+        else:  # nothing written yet: check again later
+            self._rollover_timer = self._loop.call_later(
+                max(self._config.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
+            )
+
+    def _start_rollover(self) -> None:
+        if self._rolling or self._state is not State.OPEN:
+            return
+        self._rolling = True
+        self._accepting = False
+        if self._rollover_timer is not None:
+            self._rollover_timer.cancel()
+            self._rollover_timer = None
+        self._rollover_task = self._spawn(self._rollover())
+
+    async def _rollover(self) -> None:
+        try:
+            try:
+                async with asyncio.timeout(self._factory.op_timeout_seconds):
+                    await self._wait_drained()
+            except TimeoutError:
+                log.warning("%s: in-flight adds did not complete before rollover", self.name)
+            async with self._meta_lock:
+                if self._state is not State.OPEN:
+                    return
+                await self._seal_current()
+                await self._create_ledger()
+                await self._trim_empty_closed()
+        except ManagedLedgerFencedError:
+            self._rolling = False
+            self._fail_queued(self._not_writable_error())
+            return
+        except Exception as e:
+            log.warning("%s: ledger rollover failed: %s", self.name, e)
+            self._rolling = False
+            self._fail_queued(ManagedLedgerError(f"{self.name}: no writable ledger: {e}"))
+            return
+        self._rolling = False
+        log.debug("%s: rolled over to ledger %d", self.name, self._ledger_ids[-1])
+        self._pump()
+        self._schedule_trim(self._factory.trim_delay_seconds)
+
+    async def _seal_current(self) -> None:
+        """Close the current write handle and record its final size (caller holds the lock)."""
+        handle, cur = self._handle, self._current
+        if handle is None or cur is None or cur.closed:
+            return
+        try:
+            await self._io(handle.close(), f"close ledger {cur.ledger_id}")
+        except LedgerFencedError:
+            self._set_fenced("the current ledger was fenced by another owner")
+            raise ManagedLedgerFencedError(f"{self.name} is fenced") from None
+        except (LedgerError, ManagedLedgerError) as e:
+            # Keep what we know was confirmed; a later recovery of this ledger agrees with it.
+            log.warning("%s: closing ledger %d failed: %s", self.name, cur.ledger_id, e)
+        else:
+            cur.entries = max(cur.entries, handle.last_add_confirmed + 1)
+            cur.size = max(cur.size, handle.length)
+        self._handle = None
+        cur.closed = True
+        cur.timestamp_ms = _now_ms()
+        self._closed_entries += cur.entries
+        self._closed_size += cur.size
+
+    async def _trim_empty_closed(self) -> None:
+        """Drop closed ledgers without entries from the list and delete them (caller holds the lock)."""
+        empty = [lid for lid in self._ledger_ids if self._ledgers[lid].closed and self._ledgers[lid].entries == 0]
+        if not empty:
+            return
+        await self._write_info([self._ledgers[i] for i in self._ledger_ids if i not in empty])
+        for lid in empty:
+            self._forget_ledger(lid)
+        for lid in empty:
+            await self._delete_ledger_quietly(lid)
+
+    # ------------------------------------------------------------------ positions
+
+    def _normalize(self, pos: Position) -> Position:
+        """The first stored (or next-to-be-written) position at or after ``pos``."""
+        ids = self._ledger_ids
+        lid, eid = pos
+        if eid < 0:
+            eid = 0
+        i = bisect_left(ids, lid)
+        n = len(ids)
+        while i < n:
+            cid = ids[i]
+            if cid != lid:
+                eid = 0
+            li = self._ledgers[cid]
+            if eid < li.entries or i == n - 1:
+                return Position(cid, eid)
+            i += 1
+        if n:  # past the current ledger: the next position to be written
+            li = self._ledgers[ids[-1]]
+            return Position(ids[-1], max(li.entries, 0))
+        return Position(lid, eid)
+
+    def next_position(self, position: Position) -> Position:
+        lid, eid = position
+        li = self._ledgers.get(lid)
+        if li is not None and (eid + 1 < li.entries or li is self._current):
+            return Position(lid, eid + 1)
+        return self._normalize(Position(lid, eid + 1))
+
+    def previous_position(self, position: Position) -> Position:
+        lid, eid = position
+        if eid > 0:
+            return Position(lid, eid - 1)
+        ids = self._ledger_ids
+        i = bisect_left(ids, lid) - 1
+        while i >= 0:
+            li = self._ledgers[ids[i]]
+            if li.entries > 0:
+                return Position(li.ledger_id, li.entries - 1)
+            i -= 1
+        return Position(lid, -1)
+
+    def entries_between(self, start: Position, end: Position) -> int:
+        if end < start:
+            return 0
+        ids = self._ledger_ids
+        total = 0
+        i = bisect_left(ids, start.ledger_id)
+        while i < len(ids) and ids[i] <= end.ledger_id:
+            lid = ids[i]
+            n = self._ledgers[lid].entries
+            lo = max(start.entry_id, 0) if lid == start.ledger_id else 0
+            hi = min(end.entry_id, n - 1) if lid == end.ledger_id else n - 1
+            if hi >= lo:
+                total += hi - lo + 1
+            i += 1
+        return total
+
+    def _is_stored(self, pos: Position) -> bool:
+        li = self._ledgers.get(pos.ledger_id)
+        return li is not None and 0 <= pos.entry_id < li.entries
+
+    # ------------------------------------------------------------------ reads
+
+    async def read_entry(self, position: Position) -> Entry:
+        self._check_open()
+        if not self._is_stored(position):
+            raise ManagedLedgerError(f"{self.name}: no entry at {position} (not written or trimmed)")
+        entries = await self._read_runs([(position.ledger_id, position.entry_id, position.entry_id)])
+        if not entries:
+            raise ManagedLedgerError(f"{self.name}: entry {position} could not be read")
+        return entries[0]
+
+    async def _read_runs(self, runs: list[tuple[int, int, int]]) -> list[Entry]:
+        """Read ``(ledger, first, last)`` runs in order, from the cache where possible."""
+        out: list[Entry] = []
+        cache_get = self._cache.get
+        for lid, first, last in runs:
+            miss_from = -1
+            for eid in range(first, last + 1):
+                pos = Position(lid, eid)
+                data = cache_get(pos)
+                if data is None:
+                    if miss_from < 0:
+                        miss_from = eid
+                    continue
+                if miss_from >= 0:
+                    out.extend(await self._read_from_ledger(lid, miss_from, eid - 1))
+                    miss_from = -1
+                out.append(Entry(pos, data))
+            if miss_from >= 0:
+                out.extend(await self._read_from_ledger(lid, miss_from, last))
+        return out
+
+    async def _read_from_ledger(self, lid: int, first: int, last: int) -> list[Entry]:
+        try:
+            handle = await self._read_handle(lid)
+            got = await self._io(handle.read(first, last), f"read {lid}:{first}..{last}")
+        except NoSuchLedgerError:
+            if lid not in self._ledgers:  # trimmed while we were reading: nothing to deliver
+                return []
+            raise
+        return [Entry(Position(e.ledger_id, e.entry_id), e.data) for e in got]
+
+    async def _read_handle(self, lid: int) -> ReadHandle:
+        handle = self._handle
+        if handle is not None and handle.ledger_id == lid:
+            return handle
+        fut = self._read_handles.get(lid)
+        if fut is None:
+            fut = self._loop.create_future()
+            self._read_handles[lid] = fut
+            try:
+                h = await self._io(self._client.open_ledger(lid, recovery=False), f"open ledger {lid}")
+            except BaseException as e:
+                del self._read_handles[lid]
+                fut.set_exception(e)
+                fut.exception()  # retrieved: other waiters re-raise it themselves
+                raise
+            fut.set_result(h)
+            return h
+        return await asyncio.shield(fut)
+
+    def _slowest_reader(self) -> Position | None:
+        """Smallest read position of open cursors (cache eviction); ``None`` with no open cursors."""
+        slowest: Position | None = None
+        for c in self._cursors.values():
+            if c._closed:
+                continue
+            p = c._read
+            if slowest is None or p < slowest:
+                slowest = p
+        return slowest
+
+    async def find_newest_matching(
+        self, predicate: Callable[[Entry], bool | Awaitable[bool]], start: Position | None = None
+    ) -> Position | None:
+        self._check_open()
+        first = self._normalize(start) if start is not None and start != EARLIEST else self.first_position
+        last = self._last_confirmed
+        # Index the stored entries from ``first`` to ``last`` as 0..n-1 across ledgers.
+        spans: list[tuple[int, int, int]] = []  # (ledger, first entry, count)
+        total = 0
+        for lid in self._ledger_ids:
+            if lid < first.ledger_id or lid > last.ledger_id:
+                continue
+            li = self._ledgers[lid]
+            lo = first.entry_id if lid == first.ledger_id else 0
+            hi = min(li.entries - 1, last.entry_id if lid == last.ledger_id else li.entries - 1)
+            if hi >= lo:
+                spans.append((lid, lo, hi - lo + 1))
+                total += hi - lo + 1
+        if total == 0:
+            return None
+
+        def at(k: int) -> Position:
+            for lid, lo, count in spans:
+                if k < count:
+                    return Position(lid, lo + k)
+                k -= count
+            raise IndexError(k)
+
+        async def matches(k: int) -> bool:
+            res = predicate(await self.read_entry(at(k)))
+            if not isinstance(res, bool):
+                res = await res  # type: ignore[misc]
+            return bool(res)
+
+        if not await matches(0):
+            return None
+        lo, hi = 0, total - 1  # invariant: lo matches
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if await matches(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return at(lo)
+
+    # ------------------------------------------------------------------ cursors
+
+    async def open_cursor(
+        self,
+        name: str,
+        initial_position: InitialPosition = InitialPosition.LATEST,
+        properties: dict[str, str] | None = None,
+    ) -> ManagedCursor:
+        self._check_open()
+        existing = self._cursors.get(name)
+        if existing is not None:
+            if not existing.durable:
+                raise ManagedLedgerError(f"{self.name}: {name} is a non-durable cursor")
+            if existing._closed:
+                existing = existing._reopened()
+                self._cursors[name] = existing
+            return existing
+        pending = self._opening_cursors.get(name)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[ManagedCursorImpl] = self._loop.create_future()
+        self._opening_cursors[name] = fut
+        try:
+            if initial_position is InitialPosition.EARLIEST:
+                md = self.previous_position(self.first_position)
+            else:
+                md = self._last_confirmed
+            cursor = ManagedCursorImpl(self, name, durable=True, mark_delete=md, properties=properties)
+            await cursor._create()
+            self._cursors[name] = cursor
+            fut.set_result(cursor)
+            return cursor
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()
+            raise
+        finally:
+            del self._opening_cursors[name]
+
+    def new_non_durable_cursor(self, name: str, start: Position, *, inclusive: bool = True) -> ManagedCursor:
+        self._check_open()
+        existing = self._cursors.get(name)
+        if existing is not None:
+            if existing.durable:
+                raise ManagedLedgerError(f"{self.name}: {name} is a durable cursor")
+            existing._close_now()
+        if start == EARLIEST:
+            read = self.first_position
+        elif start == LATEST:
+            read = self.next_position(self._last_confirmed)
+        else:
+            read = start if inclusive else self.next_position(start)
+            if read < self.first_position:
+                read = self.first_position
+        cursor = ManagedCursorImpl(self, name, durable=False, mark_delete=self.previous_position(read))
+        cursor._read = read
+        self._cursors[name] = cursor
+        return cursor
+
+    async def delete_cursor(self, name: str) -> None:
+        self._check_open()
+        cursor = self._cursors.pop(name, None)
+        if cursor is None:
+            raise CursorNotFoundError(f"{self.name}: no cursor {name!r}")
+        cursor._deleted = True
+        cursor._close_now()
+        if cursor.durable:
+            try:
+                await self._io(self._store.delete(cursor_path(self.name, name)), "delete cursor")
+            except NotFoundError:
+                pass
+            except MetadataError as e:
+                raise ManagedLedgerError(f"{self.name}: cannot delete cursor {name}: {e}") from e
+        self._schedule_trim(0.0)
+
+    def _cursor_removed(self, cursor: ManagedCursorImpl) -> None:
+        """A non-durable cursor closed itself."""
+        if self._cursors.get(cursor.name) is cursor:
+            del self._cursors[cursor.name]
+        self._waiting.discard(cursor)
+
+    def _mark_delete_moved(self, cursor: ManagedCursorImpl) -> None:
+        """Called when a durable cursor's mark-delete advanced: maybe a ledger became trimmable."""
+        ids = self._ledger_ids
+        if len(ids) > 1 and self._trim_timer is None:
+            first = self._ledgers[ids[0]]
+            if cursor._md >= Position(first.ledger_id, first.entries - 1):
+                self._schedule_trim(self._factory.trim_delay_seconds)
+
+    # ------------------------------------------------------------------ trimming
+
+    def _schedule_trim(self, delay: float) -> None:
+        if self._trim_timer is not None or self._state is not State.OPEN:
+            return
+        self._trim_timer = self._loop.call_later(delay, self._on_trim_timer)
+
+    def _on_trim_timer(self) -> None:
+        self._trim_timer = None
+        if self._state is State.OPEN:
+            self._spawn(self.trim())
+
+    def _schedule_periodic(self) -> None:
+        interval = self._factory.trim_interval_seconds
+        if interval > 0 and self._state is State.OPEN:
+            self._periodic_timer = self._loop.call_later(interval, self._on_periodic)
+
+    def _on_periodic(self) -> None:
+        self._periodic_timer = None
+        self._schedule_trim(0.0)
+        self._schedule_periodic()
+
+    def _trim_candidates(self) -> list[int]:
+        durable = [c._md for c in self._cursors.values() if c.durable]
+        # With no durable cursor nothing is waiting for the data: all of it counts as consumed.
+        slowest = min(durable) if durable else self._last_confirmed
+        cfg = self._config
+        now = _now_ms()
+        size_left = self.total_size
+        out: list[int] = []
+        for lid in self._ledger_ids:
+            li = self._ledgers[lid]
+            if li is self._current or not li.closed:
+                break
+            if li.entries > 0:
+                if Position(lid, li.entries - 1) > slowest:
+                    break
+                # As Pulsar: a consumed ledger goes once it is past the retention time OR the
+                # retained size exceeds the quota; -1 disables a limit, 0 retains nothing.
+                t = cfg.retention_time_seconds
+                expired = t == 0 or (t > 0 and now - li.timestamp_ms > t * 1000)
+                s = cfg.retention_size_bytes
+                over_quota = s >= 0 and size_left > s
+                if not (expired or over_quota):
+                    break
+            out.append(lid)
+            size_left -= li.size
+        return out
+
+    async def trim(self) -> list[int]:
+        """Delete consumed ledgers outside retention now; returns the deleted ledger ids."""
+        if self._state is not State.OPEN:
+            return []
+        async with self._meta_lock:
+            if self._state is not State.OPEN:
+                return []
+            doomed = self._trim_candidates()
+            if not doomed:
+                return []
+            remaining = [self._ledgers[i] for i in self._ledger_ids if i not in doomed]
+            try:
+                await self._write_info(remaining)
+            except ManagedLedgerFencedError:
+                return []
+            except ManagedLedgerError as e:
+                log.warning("%s: trimming failed: %s", self.name, e)
+                return []
+            for lid in doomed:
+                self._forget_ledger(lid)
+            self._move_cursors_past_trimmed()
+        for lid in doomed:
+            await self._delete_ledger_quietly(lid)
+        log.debug("%s: trimmed ledgers %s", self.name, doomed)
+        return doomed
+
+    def _forget_ledger(self, lid: int) -> None:
+        li = self._ledgers.pop(lid)
+        self._ledger_ids.remove(lid)
+        if li.closed:
+            self._closed_entries -= li.entries
+            self._closed_size -= li.size
+        self._cache.evict_ledger(lid)
+        fut = self._read_handles.pop(lid, None)
+        if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+            self._spawn(self._close_handle_quietly(fut.result()))
+
+    def _move_cursors_past_trimmed(self) -> None:
+        if not self._ledger_ids:
+            return
+        first_id = self._ledger_ids[0]
+        for cursor in self._cursors.values():
+            cursor._ledgers_trimmed_before(first_id)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _check_open(self) -> None:
+        if self._state is State.CLOSED:
+            raise ManagedLedgerClosedError(f"{self.name} is closed")
+
+    def _set_fenced(self, why: str) -> None:
+        if self._state is not State.OPEN:
+            return
+        log.warning("%s: fenced (%s)", self.name, why)
+        self._state = State.FENCED
+        self._accepting = False
+        self._fail_queued(ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it"))
+        self._cancel_timers()
+
+    def _cancel_timers(self) -> None:
+        for attr in ("_trim_timer", "_periodic_timer", "_rollover_timer"):
+            timer = getattr(self, attr)
+            if timer is not None:
+                timer.cancel()
+                setattr(self, attr, None)
+
+    async def close(self) -> None:
+        await self._shutdown(seal=True)
+        self._factory._forget(self)
+
+    async def _shutdown(self, *, seal: bool) -> None:
+        if self._state is State.CLOSED:
+            return
+        was_open = self._state is State.OPEN
+        self._accepting = False
+        self._cancel_timers()
+        timeout = self._factory.op_timeout_seconds
+        # Let a rollover and in-flight appends finish so their callers get real answers.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._quiesce()
+        # Flush while the store is still ours to write.
+        if was_open:
+            results = await asyncio.gather(
+                *(c._persist() for c in self._cursors.values() if c.durable), return_exceptions=True
+            )
+            for r in results:
+                if isinstance(r, BaseException):
+                    log.warning("%s: cursor flush on close failed: %s", self.name, r)
+        self._state = State.CLOSED
+        self._fail_queued(ManagedLedgerClosedError(f"{self.name} is closed"))
+        for cursor in list(self._cursors.values()):
+            cursor._close_now()
+        if seal and was_open:
+            async with self._meta_lock:
+                try:
+                    await self._seal_current()
+                    await self._write_info([self._ledgers[i] for i in self._ledger_ids])
+                except (ManagedLedgerError, LedgerError) as e:
+                    log.warning("%s: could not seal the current ledger on close: %s", self.name, e)
+        elif self._handle is not None:
+            await self._close_handle_quietly(self._handle)
+        self._handle = None
+        for fut in self._read_handles.values():
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                await self._close_handle_quietly(fut.result())
+        self._read_handles.clear()
+        self._cache.close()
+        for task in list(self._tasks):
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    async def _quiesce(self) -> None:
+        """Wait for a running rollover, in-flight appends and queued waves to finish."""
+        while True:
+            task = self._rollover_task
+            if self._rolling and task is not None and not task.done():
+                await asyncio.wait({task})
+            elif self._inflight:
+                await self._wait_drained()
+            elif self._wave_pending:
+                await asyncio.sleep(0)  # a wave's tasks all start within one loop iteration
+            else:
+                return
+
+    async def delete(self) -> None:
+        await self._shutdown(seal=False)
+        self._factory._forget(self)
+        for lid in list(self._ledger_ids):
+            await self._delete_ledger_quietly(lid)
+        await self._io(self._store.delete_recursive(self._path), "delete metadata")
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _io(self, aw: Awaitable[T], what: str) -> T:
+        """Await a storage call bounded by the factory's operation timeout."""
+        try:
+            async with asyncio.timeout(self._factory.op_timeout_seconds):
+                return await aw
+        except TimeoutError:
+            raise ManagedLedgerError(f"{self.name}: {what} timed out") from None
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: background task failed", self.name, exc_info=task.exception())
+
+    async def _close_handle_quietly(self, handle: ReadHandle) -> None:
+        try:
+            await self._io(handle.close(), "close handle")
+        except Exception as e:
+            log.debug("%s: closing ledger handle %s failed: %s", self.name, handle.ledger_id, e)
+
+    async def _delete_ledger_quietly(self, lid: int) -> None:
+        try:
+            await self._io(self._client.delete_ledger(lid), f"delete ledger {lid}")
+        except Exception as e:  # an orphan costs space only; never fail the caller for it
+            log.warning("%s: deleting ledger %d failed: %s", self.name, lid, e)
+
+    def __repr__(self) -> str:
+        return f"ManagedLedgerImpl({self.name!r}, {self._state.value}, ledgers={self._ledger_ids})"

@@ -1,0 +1,408 @@
+"""Managed ledger and cursor behaviour over a metadata store and a ledger client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+import pytest
+from magnetar.managed_ledger.api import (
+    EARLIEST,
+    LATEST,
+    CursorNotFoundError,
+    InitialPosition,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+    Position,
+)
+from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
+from magnetar.managed_ledger.ledger import ManagedLedgerImpl
+from magnetar.managed_ledger.metadata import cursor_path, ledger_path
+from magnetar.metadata.embedded import EmbeddedMetadataStore
+
+from tests.managed_ledger.conftest import config
+
+NAME = "public/default/persistent/topic-1"
+
+MakeFactory = Callable[..., ManagedLedgerFactoryImpl]
+
+
+async def open_ml(factory: ManagedLedgerFactoryImpl, name: str = NAME, **cfg: object) -> ManagedLedgerImpl:
+    ml = await factory.open(name, config(**cfg))
+    assert isinstance(ml, ManagedLedgerImpl)
+    return ml
+
+
+async def add(ml: ManagedLedgerImpl, n: int, prefix: str = "m") -> list[Position]:
+    return [await ml.add_entry(f"{prefix}{i}".encode()) for i in range(n)]
+
+
+async def eventually(cond: Callable[[], bool], within: float = 2.0) -> None:
+    """Poll ``cond`` (background trims have no completion event to wait on)."""
+    async with asyncio.timeout(within):
+        while not cond():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def test_add_and_read_across_rollover(factory: ManagedLedgerFactoryImpl) -> None:
+    ml = await open_ml(factory, max_entries_per_ledger=3)
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    positions = await add(ml, 4)
+    # concurrent appends: pipelined, completed in order, none lost across rollovers
+    positions += await asyncio.gather(*(ml.add_entry(f"m{i}".encode()) for i in range(4, 20)))
+    assert positions == sorted(positions) and len(set(positions)) == 20
+    assert len({p.ledger_id for p in positions}) >= 6
+    assert ml.number_of_entries == 20
+    assert ml.total_size == sum(len(f"m{i}") for i in range(20))
+    assert ml.last_confirmed_entry == positions[-1]
+    assert ml.first_position == positions[0]
+    got = []
+    while cursor.has_more_entries():
+        got += await cursor.read_entries(7)
+    assert [e.data for e in got] == [f"m{i}".encode() for i in range(20)]
+    assert [e.position for e in got] == positions
+    assert not cursor.has_more_entries()
+    assert ml.entries_between(positions[2], positions[10]) == 9
+    assert ml.next_position(positions[2]) == positions[3]  # crosses a ledger boundary
+    assert ml.previous_position(positions[3]) == positions[2]
+    assert (await ml.read_entry(positions[5])).data == b"m5"
+
+
+async def test_order_kept_when_adds_arrive_during_rollover(factory: ManagedLedgerFactoryImpl) -> None:
+    ml = await open_ml(factory, max_entries_per_ledger=5)
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    tasks = []
+    for i in range(200):
+        tasks.append(asyncio.ensure_future(ml.add_entry(str(i).encode())))
+        if i % 17 == 0:
+            await asyncio.sleep(0)  # let some rollovers start while adds keep coming
+    positions = await asyncio.gather(*tasks)
+    assert positions == sorted(positions)
+    entries = await cursor.read_entries(1000)
+    assert [int(e.data) for e in entries] == list(range(200))
+
+
+async def test_write_failure_continues_on_new_ledger(factory: ManagedLedgerFactoryImpl, client) -> None:
+    ml = await open_ml(factory)
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await add(ml, 3)
+    first_ledger = ml.ledger_ids[-1]
+    client.fail_appends = 1
+    positions = await asyncio.gather(*(ml.add_entry(f"x{i}".encode()) for i in range(5)))
+    assert positions == sorted(positions)
+    assert all(p.ledger_id > first_ledger for p in positions)
+    entries = await cursor.read_entries(100)
+    assert [e.data for e in entries] == [b"m0", b"m1", b"m2"] + [f"x{i}".encode() for i in range(5)]
+
+
+async def test_cursor_recovery_after_close(make_factory: MakeFactory, store: EmbeddedMetadataStore) -> None:
+    f1 = make_factory()
+    ml = await open_ml(f1, max_entries_per_ledger=4)
+    c = await ml.open_cursor("sub/with%odd chars", InitialPosition.EARLIEST, {"k": "v"})
+    positions = await add(ml, 10)
+    await c.read_entries(10)
+    c.delete([positions[0], positions[1], positions[3], positions[6], positions[7]])
+    assert c.mark_delete_position == positions[1]
+    c.set_property("k2", "v2")
+    assert c.backlog_entries() == 5
+    await f1.close()
+    node = await store.get(cursor_path(NAME, "sub/with%odd chars"))
+    assert node is not None and "sub%2Fwith%25odd%20chars" in node.stat.path
+
+    f2 = make_factory()
+    ml2 = await open_ml(f2, max_entries_per_ledger=4)
+    assert "sub/with%odd chars" in ml2.cursors  # recovered at open, before open_cursor
+    c2 = await ml2.open_cursor("sub/with%odd chars")
+    assert c2.mark_delete_position == positions[1]
+    assert c2.properties == {"k": "v", "k2": "v2"}
+    assert c2.backlog_entries() == 5
+    assert c2.is_acked(positions[3]) and not c2.is_acked(positions[2])
+    entries = await c2.read_entries(100)
+    assert [e.position for e in entries] == [positions[i] for i in (2, 4, 5, 8, 9)]
+    assert ml2.number_of_entries == 10
+    await f2.close()
+
+
+async def test_crash_then_new_owner_fences_old(make_factory: MakeFactory, store: EmbeddedMetadataStore, client) -> None:
+    f1 = make_factory()
+    ml1 = await open_ml(f1)
+    c1 = await ml1.open_cursor("sub", InitialPosition.EARLIEST)
+    positions = await add(ml1, 5)
+    c1.mark_delete(positions[1])
+    await c1.flush()
+    # "crash": f1 is never closed; a second broker takes over the same stores
+    f2 = make_factory()
+    ml2 = await open_ml(f2)
+    assert ml2.number_of_entries == 5
+    assert ml2.last_confirmed_entry == positions[-1]
+    c2 = await ml2.open_cursor("sub")
+    assert c2.mark_delete_position == positions[1]
+    with pytest.raises(ManagedLedgerFencedError):
+        await ml1.add_entry(b"late")
+    with pytest.raises(ManagedLedgerFencedError):
+        await ml1.add_entry(b"later")
+    # the new owner writes on; the old owner's cursor writes cannot win any more
+    p = await ml2.add_entry(b"new")
+    assert p > positions[-1]
+    c1.mark_delete(positions[4])
+    with pytest.raises(ManagedLedgerFencedError):
+        await c1.flush()
+    c2.mark_delete(positions[2])
+    await c2.flush()
+    entries = await c2.read_entries(10)
+    assert [e.data for e in entries] == [b"m3", b"m4", b"new"]
+    await f1.close()
+    await f2.close()
+    f3 = make_factory()
+    ml3 = await open_ml(f3)
+    c3 = await ml3.open_cursor("sub")
+    assert c3.mark_delete_position == positions[2]
+    assert ml3.number_of_entries == 6
+    await f3.close()
+
+
+async def test_individual_acks_and_backlog(factory: ManagedLedgerFactoryImpl) -> None:
+    ml = await open_ml(factory, max_entries_per_ledger=3)
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    p = await add(ml, 10)
+    assert c.backlog_entries() == 10
+    c.delete([p[2], p[4], p[5], p[9]])
+    assert c.backlog_entries() == 6
+    assert c.mark_delete_position == ml.previous_position(p[0])
+    entries = await c.read_entries(100)
+    assert [e.position for e in entries] == [p[0], p[1], p[3], p[6], p[7], p[8]]
+    c.delete([p[0]])
+    assert c.mark_delete_position == p[0]
+    c.delete([p[1]])  # contiguous with the acked p[2] (across a ledger boundary)
+    assert c.mark_delete_position == p[2]
+    c.delete([p[3]])
+    assert c.mark_delete_position == p[5]
+    assert c.backlog_entries() == 3
+    c.delete([p[3], p[0]])  # already acked: no-op
+    assert c.backlog_entries() == 3
+    c.mark_delete(p[7])
+    assert c.mark_delete_position == p[7]
+    assert c.backlog_entries() == 1
+    c.delete([p[8]])
+    assert c.mark_delete_position == p[9]
+    assert c.backlog_entries() == 0
+    # LATEST cursor starts after what exists
+    late = await ml.open_cursor("late")
+    assert late.backlog_entries() == 0 and not late.has_more_entries()
+    q = await ml.add_entry(b"after")
+    assert late.backlog_entries() == 1
+    assert [e.position for e in await late.read_entries(5)] == [q]
+
+
+async def test_rewind_seek_reset_replay(factory: ManagedLedgerFactoryImpl) -> None:
+    ml = await open_ml(factory, max_entries_per_ledger=4)
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    p = await add(ml, 10)
+    assert len(await c.read_entries(6)) == 6
+    c.delete([p[0], p[1], p[3]])
+    c.rewind()
+    assert [e.position for e in await c.read_entries(3)] == [p[2], p[4], p[5]]
+    c.seek(p[8])
+    assert [e.position for e in await c.read_entries(10)] == [p[8], p[9]]
+    assert c.mark_delete_position == p[1]
+    replay = await c.replay_entries([p[5], p[3], p[0], p[2], p[2]])
+    assert [e.position for e in replay] == [p[2], p[5]]
+    await c.reset(p[6])
+    assert c.mark_delete_position == p[5]
+    assert c.backlog_entries() == 4
+    assert [e.position for e in await c.read_entries(100)] == p[6:]
+    await c.reset(EARLIEST)
+    assert c.backlog_entries() == 10 and not c.is_acked(p[3])
+    await c.reset(LATEST)
+    assert c.backlog_entries() == 0 and not c.has_more_entries()
+    c.seek(EARLIEST)  # acked entries are still skipped
+    assert await c.read_entries(5) == []
+
+
+async def test_non_durable_cursors(factory: ManagedLedgerFactoryImpl, store: EmbeddedMetadataStore) -> None:
+    ml = await open_ml(factory, max_entries_per_ledger=3)
+    p = await add(ml, 5)
+    r1 = ml.new_non_durable_cursor("reader-1", EARLIEST)
+    r2 = ml.new_non_durable_cursor("reader-2", p[2], inclusive=False)
+    r3 = ml.new_non_durable_cursor("reader-3", LATEST)
+    r4 = ml.new_non_durable_cursor("reader-4", p[1])
+    assert [e.data for e in await r1.read_entries(10)] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    assert [e.position for e in await r2.read_entries(10)] == [p[3], p[4]]
+    assert [e.position for e in await r4.read_entries(1)] == [p[1]]
+    assert await r3.read_entries(10) == []
+    q = await ml.add_entry(b"x")
+    assert [e.position for e in await r3.read_entries(10)] == [q]
+    r1.delete([p[0]])
+    await r1.flush()
+    await asyncio.sleep(0.05)
+    assert await store.get_children(ledger_path(NAME)) == []  # never persisted
+    await r1.close()
+    assert "reader-1" not in ml.cursors
+    with pytest.raises(ManagedLedgerClosedError):
+        await r1.read_entries(1)
+
+
+async def test_group_flush(factory: ManagedLedgerFactoryImpl, store: EmbeddedMetadataStore) -> None:
+    mls = [
+        await open_ml(factory, f"public/default/persistent/t{i}", cursor_flush_interval_seconds=0.05) for i in range(5)
+    ]
+    cursors = [await ml.open_cursor(f"s{j}", InitialPosition.EARLIEST) for ml in mls for j in range(4)]
+    for ml in mls:
+        await add(ml, 50)
+    flushes_before, commits_before = factory.cursor_flushes, store.stats.commits
+    for c in cursors:
+        for e in await c.read_entries(50):
+            c.delete([e.position])  # 1000 acks
+    await asyncio.sleep(0.2)
+    assert factory.cursor_flushes - flushes_before <= 2
+    assert store.stats.commits - commits_before <= 4
+    v = await store.get(cursor_path("public/default/persistent/t3", "s2"))
+    assert v is not None
+    assert json.loads(v.data)["markDelete"] == list(mls[3].last_confirmed_entry)
+
+
+async def test_trimming_without_retention(factory: ManagedLedgerFactoryImpl, store, client) -> None:
+    ml = await open_ml(factory, max_entries_per_ledger=3)
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    p = await add(ml, 10)  # ledgers of 3,3,3,1(current)
+    assert len(ml.ledger_ids) == 4
+    assert await ml.trim() == []  # nothing consumed yet
+    c.mark_delete(p[4])
+    await eventually(lambda: len(ml.ledger_ids) == 3)  # the first ledger goes (debounced trim)
+    assert p[0].ledger_id not in client.ledger_ids
+    info = json.loads((await store.get(ledger_path(NAME))).data)
+    assert [li["id"] for li in info["ledgers"]] == ml.ledger_ids
+    assert ml.number_of_entries == 7 and ml.first_position == p[3]
+    c.mark_delete(p[9])
+    await eventually(lambda: len(ml.ledger_ids) == 1)  # the current ledger is never trimmed
+    assert ml.ledger_ids == [p[9].ledger_id]
+    assert ml.number_of_entries == 1
+    # a non-durable reader that lagged behind moves forward with the trim
+    await ml.delete_cursor("sub")
+    with pytest.raises(CursorNotFoundError):
+        await ml.delete_cursor("sub")
+
+
+async def test_no_cursors_means_consumed(factory: ManagedLedgerFactoryImpl) -> None:
+    ml = await open_ml(factory, max_entries_per_ledger=2)
+    reader = ml.new_non_durable_cursor("r", EARLIEST)
+    p = await add(ml, 5)
+    await eventually(lambda: len(ml.ledger_ids) == 1)
+    assert ml.number_of_entries == 1
+    # the reader's position moved to what is left
+    assert [e.position for e in await reader.read_entries(10)] == [p[4]]
+
+
+async def test_retention(make_factory: MakeFactory) -> None:
+    f = make_factory()
+    forever = await open_ml(
+        f,
+        "public/default/persistent/forever",
+        max_entries_per_ledger=2,
+        retention_time_seconds=-1,
+        retention_size_bytes=-1,
+    )
+    by_size = await open_ml(
+        f,
+        "public/default/persistent/by-size",
+        max_entries_per_ledger=2,
+        retention_time_seconds=-1,
+        retention_size_bytes=60,
+    )
+    by_time = await open_ml(
+        f,
+        "public/default/persistent/by-time",
+        max_entries_per_ledger=2,
+        retention_time_seconds=0.2,
+        retention_size_bytes=-1,
+    )
+    for ml in (forever, by_size, by_time):
+        await add(ml, 9, prefix="0123456789-")  # 12 bytes each, ledgers of 2 entries + 1 in the current
+        await ml.trim()
+    assert forever.number_of_entries == 9
+    assert by_time.number_of_entries == 9
+    # size: drop the oldest consumed ledgers while the stored total exceeds 60 bytes (108 -> 84 -> 60)
+    assert by_size.total_size == 60 and by_size.number_of_entries == 5
+    await asyncio.sleep(0.25)
+    await by_time.trim()
+    assert by_time.number_of_entries == 1
+    await f.close()
+
+
+async def test_read_entries_or_wait(factory: ManagedLedgerFactoryImpl) -> None:
+    ml = await open_ml(factory)
+    c = await ml.open_cursor("sub")
+    waiter = asyncio.ensure_future(c.read_entries_or_wait(10))
+    await asyncio.sleep(0.02)
+    assert not waiter.done()
+    p = await ml.add_entry(b"hello")
+    entries = await asyncio.wait_for(waiter, 1)
+    assert [e.position for e in entries] == [p]
+    # cancellation leaves nothing behind
+    waiter = asyncio.ensure_future(c.read_entries_or_wait(10))
+    await asyncio.sleep(0.01)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert not ml._waiting
+    q = await ml.add_entry(b"again")
+    assert [e.position for e in await c.read_entries_or_wait(10)] == [q]
+    # closing the cursor wakes a waiter with an error
+    waiter = asyncio.ensure_future(c.read_entries_or_wait(10))
+    await asyncio.sleep(0.01)
+    await c.close()
+    with pytest.raises(ManagedLedgerClosedError):
+        await asyncio.wait_for(waiter, 1)
+    c2 = await ml.open_cursor("sub")  # a closed durable cursor can be opened again
+    assert c2 is not c and c2.mark_delete_position == c.mark_delete_position
+
+
+async def test_find_newest_matching(factory: ManagedLedgerFactoryImpl) -> None:
+    ml = await open_ml(factory, max_entries_per_ledger=4)
+    assert await ml.find_newest_matching(lambda e: True) is None
+    p = await add(ml, 23)
+
+    def upto(k: int) -> Callable[..., bool]:
+        return lambda e: int(e.data[1:]) <= k
+
+    assert await ml.find_newest_matching(upto(0)) == p[0]
+    assert await ml.find_newest_matching(upto(13)) == p[13]
+    assert await ml.find_newest_matching(upto(99)) == p[22]
+    assert await ml.find_newest_matching(lambda e: False) is None
+
+    async def async_pred(e) -> bool:  # type: ignore[no-untyped-def]
+        return int(e.data[1:]) <= 7
+
+    assert await ml.find_newest_matching(async_pred) == p[7]
+    assert await ml.find_newest_matching(upto(13), start=p[10]) == p[13]
+
+
+async def test_close_and_reopen_and_delete(make_factory: MakeFactory, store, client) -> None:
+    f = make_factory()
+    ml = await open_ml(f, max_entries_per_ledger=3)
+    await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await add(ml, 7)
+    await ml.close()
+    with pytest.raises(ManagedLedgerClosedError):
+        await ml.add_entry(b"x")
+    ml = await open_ml(f, max_entries_per_ledger=3)
+    assert ml.number_of_entries == 7
+    await ml.close()
+    ml = await open_ml(f, max_entries_per_ledger=3)  # empty ledgers of the previous opens are gone
+    assert len(ml.ledger_ids) == 4
+    assert len(client.ledger_ids) == 4
+    await ml.delete()
+    assert not await f.exists(NAME)
+    assert client.ledger_ids == []
+    assert await store.get_children("/managed-ledgers/public/default/persistent") == []
+    await f.close()
+
+
+async def test_cache_serves_tailing_reads(factory: ManagedLedgerFactoryImpl, client) -> None:
+    ml = await open_ml(factory)
+    c = await ml.open_cursor("sub")
+    await add(ml, 50)
+    reads = client.reads
+    assert len(await c.read_entries(100)) == 50
+    assert client.reads == reads  # all from the cache
