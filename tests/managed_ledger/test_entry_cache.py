@@ -1,0 +1,38 @@
+"""EntryCache: byte budget shared by ledgers, read entries evicted first."""
+
+from __future__ import annotations
+
+from magnetar.managed_ledger.api import Position as P
+from magnetar.managed_ledger.cache import EntryCache
+
+
+def test_evicts_entries_read_by_everyone_first() -> None:
+    cache = EntryCache(max_bytes=1000)
+    slow = {"a": P(1, 5), "b": P(1, 0)}
+    a = cache.for_ledger("a", lambda: slow["a"])
+    b = cache.for_ledger("b", lambda: slow["b"])
+    for i in range(5):
+        b.insert(P(1, i), b"x" * 100)
+    for i in range(6):
+        a.insert(P(1, i), b"y" * 100)  # 1100 bytes > budget: evict
+    assert cache.size <= 850
+    # a's entries 0..4 were read by all its cursors: they went first; b (unread) kept all
+    assert len(b) == 5 and a.get(P(1, 5)) is not None and a.get(P(1, 0)) is None
+
+
+def test_oldest_of_biggest_when_nothing_is_read() -> None:
+    cache = EntryCache(max_bytes=1000)
+    a = cache.for_ledger("a", lambda: P(0, 0))
+    b = cache.for_ledger("b", lambda: None)  # no open cursor: nobody will read these
+    for i in range(9):
+        a.insert(P(1, i), b"y" * 100)
+    b.insert(P(1, 0), b"z" * 200)
+    assert cache.size <= 850
+    # b's entry had no reader left; then the oldest of a made room
+    assert len(b) == 0 and a.get(P(1, 0)) is None and a.get(P(1, 1)) is not None
+    a.insert(P(1, 9), b"y" * 300)
+    assert cache.size <= 850 and a.get(P(1, 3)) is None and a.get(P(1, 4)) is not None
+    a.evict_ledger(1)
+    assert cache.size == 0
+    a.close()
+    assert cache.size == 0
