@@ -278,7 +278,6 @@ async def test_trimming_without_retention(factory: ManagedLedgerFactoryImpl, sto
     await eventually(lambda: len(ml.ledger_ids) == 1)  # the current ledger is never trimmed
     assert ml.ledger_ids == [p[9].ledger_id]
     assert ml.number_of_entries == 1
-    # a non-durable reader that lagged behind moves forward with the trim
     await ml.delete_cursor("sub")
     with pytest.raises(CursorNotFoundError):
         await ml.delete_cursor("sub")
@@ -406,3 +405,56 @@ async def test_cache_serves_tailing_reads(factory: ManagedLedgerFactoryImpl, cli
     reads = client.reads
     assert len(await c.read_entries(100)) == 50
     assert client.reads == reads  # all from the cache
+
+
+async def test_time_based_rollover(factory: ManagedLedgerFactoryImpl) -> None:
+    ml = await open_ml(factory, max_ledger_rollover_seconds=0.05)
+    await ml.open_cursor("sub", InitialPosition.EARLIEST)  # keeps the data from being trimmed
+    await asyncio.sleep(0.08)
+    assert len(ml.ledger_ids) == 1  # an empty ledger is not rolled over
+    p = await ml.add_entry(b"a")
+    await eventually(lambda: len(ml.ledger_ids) == 2)
+    q = await ml.add_entry(b"b")
+    assert q.ledger_id > p.ledger_id
+
+
+async def test_min_rollover_time_defers_rollover(factory: ManagedLedgerFactoryImpl) -> None:
+    ml = await open_ml(factory, max_entries_per_ledger=2, min_ledger_rollover_seconds=0.1)
+    await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    p = await add(ml, 5)
+    assert {x.ledger_id for x in p} == {p[0].ledger_id}
+    await asyncio.sleep(0.12)
+    q = await ml.add_entry(b"x")
+    r = await ml.add_entry(b"y")
+    assert q.ledger_id == p[0].ledger_id and r.ledger_id > q.ledger_id
+
+
+async def test_close_during_adds_keeps_every_acknowledged_entry(make_factory: MakeFactory) -> None:
+    f = make_factory()
+    ml = await open_ml(f, max_entries_per_ledger=3)
+    await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    adds = [asyncio.ensure_future(ml.add_entry(str(i).encode())) for i in range(50)]
+    await asyncio.sleep(0)
+    await ml.close()
+    results = await asyncio.gather(*adds, return_exceptions=True)
+    ok = [r for r in results if isinstance(r, Position)]
+    assert all(isinstance(r, Position | ManagedLedgerClosedError) for r in results)
+    assert ok == sorted(ok)
+    ml2 = await open_ml(f, max_entries_per_ledger=3)
+    assert ml2.number_of_entries == len(ok)
+    c = await ml2.open_cursor("sub")
+    assert [e.position for e in await c.read_entries(100)] == ok
+    await f.close()
+
+
+async def test_factory_open_is_shared_and_delete_when_closed(make_factory: MakeFactory, client) -> None:
+    f = make_factory()
+    a, b = await asyncio.gather(f.open(NAME, config()), f.open(NAME, config()))
+    assert a is b
+    await a.add_entry(b"x")
+    await a.open_cursor("sub")
+    await a.close()
+    assert await f.exists(NAME)
+    await f.delete(NAME)
+    assert not await f.exists(NAME) and client.ledger_ids == []
+    await f.close()
