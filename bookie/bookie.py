@@ -111,14 +111,10 @@ class Bookie:
         self._read_executor = ThreadPoolExecutor(self.config.read_threads, thread_name_prefix="bookie-read")
         timeout = self.config.checkpoint_timeout_s
         try:
-            states, mark = await asyncio.wait_for(
-                loop.run_in_executor(self._ckpt_executor, self.storage.load), timeout
-            )
+            states, mark = await asyncio.wait_for(loop.run_in_executor(self._ckpt_executor, self.storage.load), timeout)
             self._ledgers = states
             self._last_mark = mark
-            replayed = await asyncio.wait_for(
-                loop.run_in_executor(self._ckpt_executor, self._replay, mark), timeout
-            )
+            replayed = await asyncio.wait_for(loop.run_in_executor(self._ckpt_executor, self._replay, mark), timeout)
             await asyncio.wait_for(loop.run_in_executor(self._ckpt_executor, self.journal.open), timeout)
         except BaseException:
             self.status = BookieStatus.CLOSED
@@ -378,9 +374,7 @@ class Bookie:
         self._pending_deletes = set()
         loop = self._loop
         assert loop is not None
-        fut = self._flush_fut = loop.run_in_executor(
-            self._ckpt_executor, self._flush, snapshot, states, deleted, mark
-        )
+        fut = self._flush_fut = loop.run_in_executor(self._ckpt_executor, self._flush, snapshot, states, deleted, mark)
         fut.add_done_callback(lambda f: self._flush_done(f, snapshot, dirty, deleted, mark))
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.config.checkpoint_timeout_s)

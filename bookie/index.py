@@ -250,9 +250,7 @@ class LedgerIndex:
         if self._size < self.compact_bytes or self._size < 2 * live or self.mark is None:
             return False
         members = [(lg, ld) for lg, lds in self.log_ledgers.items() for ld in lds]
-        cp = Checkpoint(
-            self.mark, [], dict(self.states), [x.as_block(lid) for lid, x in self.ledgers.items()], members
-        )
+        cp = Checkpoint(self.mark, [], dict(self.states), [x.as_block(lid) for lid, x in self.ledgers.items()], members)
         chunk = _encode(cp)
         tmp = self._path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -263,9 +263,7 @@ class Journal:
         self._thread.start()
         self._watchdog = loop.create_task(self._watch())
 
-    def append(
-        self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes
-    ) -> asyncio.Future[None]:
+    def append(self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes) -> asyncio.Future[None]:
         """Queue one record; the future resolves once it is fdatasync'ed (event loop thread only)."""
         if self._failed is not None or self._stopping:
             raise BookieUnavailableError(f"journal is not writable: {self._failed or 'closing'}")

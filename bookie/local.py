@@ -35,9 +35,7 @@ class LocalBookieClient(BookieClient):
         recovery: bool = False,
     ) -> asyncio.Future[None]:
         """Fast path for the ledger client: a future instead of a coroutine (no task per add)."""
-        return self._check().add_entry_nowait(
-            ledger_id, entry_id, master_key, last_add_confirmed, data, recovery
-        )
+        return self._check().add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
 
     async def add_entry(
         self,
@@ -49,9 +47,7 @@ class LocalBookieClient(BookieClient):
         *,
         recovery: bool = False,
     ) -> None:
-        await self._check().add_entry_nowait(
-            ledger_id, entry_id, master_key, last_add_confirmed, data, recovery
-        )
+        await self._check().add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         return await self._check().read_entries(ledger_id, first, last)

@@ -30,8 +30,7 @@ async def main(data_dir: Path) -> None:
         while True:
             # A few adds in flight per ledger: acknowledgements arrive in groups.
             futs = [
-                bookie.add_entry_nowait(ledger_id, e, KEY, e - 1, payload(ledger_id, e))
-                for e in range(eid, eid + 8)
+                bookie.add_entry_nowait(ledger_id, e, KEY, e - 1, payload(ledger_id, e)) for e in range(eid, eid + 8)
             ]
             for e, fut in zip(range(eid, eid + 8), futs, strict=True):
                 await fut

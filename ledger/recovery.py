@@ -1,0 +1,155 @@
+"""Ledger recovery: take an open ledger away from its writer and close it at its true end.
+
+1. Mark the metadata IN_RECOVERY (compare-and-swap).
+2. Fence the ledger on the bookies of the last fragment; enough of them must answer that every
+   write set has ``write_quorum - ack_quorum + 1`` fenced members, so the old writer can no
+   longer assemble an ack quorum for anything.
+3. From the highest LAC they report, read forward entry by entry. An entry is there if any
+   replica returns it intact; it is known absent once ``write_quorum - ack_quorum + 1`` replicas
+   say they lack it (then fewer than an ack quorum can hold it, so it was never acknowledged).
+4. Re-add what was found to its write set with the recovery flag (through the fence), then
+   close the ledger at the last entry found (compare-and-swap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from magnetar.bookie.api import BookieError, BookieNoSuchEntryError, BookieUnauthorizedError
+
+from . import digest
+from .api import LedgerError
+from .errors import DigestError, LedgerUnauthorizedError, MetadataVersionConflictError
+from .handles import EntryReader, LedgerContext, LedgerWriteHandle
+from .metadata import LedgerMetadata, LedgerState
+
+log = logging.getLogger(__name__)
+
+
+def fenced_enough(ensemble_size: int, write_quorum: int, ack_quorum: int, fenced: set[int]) -> bool:
+    """Whether fencing bookies ``fenced`` (indexes) leaves no write set able to reach an ack quorum."""
+    need = write_quorum - ack_quorum + 1
+    for start in range(ensemble_size):
+        members = {(start + i) % ensemble_size for i in range(write_quorum)}
+        if len(members & fenced) < need:
+            return False
+    return True
+
+
+async def recover_ledger(
+    ctx: LedgerContext, ledger_id: int, metadata: LedgerMetadata, version: int
+) -> tuple[LedgerMetadata, int]:
+    """Fence, find the end, re-replicate and close; returns the CLOSED metadata and its version."""
+    md, version = await _claim(ctx, ledger_id, metadata, version)
+    if md.state is LedgerState.CLOSED:
+        return md, version
+    key = digest.master_key(md.password)
+    max_lac = await _fence(ctx, ledger_id, md, key)
+    reader = EntryReader(ctx, ledger_id, md)
+    length = 0
+    if max_lac >= 0:
+        length = (await reader.fetch(max_lac, max_lac))[0][2]
+    handle = LedgerWriteHandle(
+        ctx, ledger_id, md, version, next_entry_id=max_lac + 1, lac=max_lac, length=length, recovery=True
+    )
+    try:
+        futures = []
+        entry_id = max_lac + 1
+        while True:
+            found = await _recovery_read(ctx, ledger_id, md, entry_id)
+            if found is None:
+                break
+            futures.append(handle.append_nowait(found))
+            entry_id += 1
+        if futures:
+            await asyncio.wait_for(asyncio.gather(*futures), ctx.config.add_timeout_s + 1)
+        log.info(
+            "recovered ledger %d: LAC was %d, closing at %d (%d entries re-replicated)",
+            ledger_id,
+            max_lac,
+            handle.last_add_confirmed,
+            len(futures),
+        )
+        return await _close(ctx, ledger_id, md, version, handle.last_add_confirmed, handle.length)
+    except TimeoutError as e:
+        raise LedgerError(f"recovery of ledger {ledger_id} timed out re-adding entries") from e
+    finally:
+        handle._release()
+
+
+async def _claim(ctx: LedgerContext, ledger_id: int, md: LedgerMetadata, version: int) -> tuple[LedgerMetadata, int]:
+    for _ in range(ctx.config.metadata_retries):
+        if md.state is LedgerState.CLOSED:
+            return md, version
+        # Re-marking an IN_RECOVERY ledger bumps its version: a recoverer that died half-way
+        # is superseded, and racing recoverers find out at the closing compare-and-swap.
+        claimed = md.evolve(state=LedgerState.IN_RECOVERY)
+        try:
+            return claimed, await ctx.manager.write(ledger_id, claimed, version)
+        except MetadataVersionConflictError:
+            md, version = await ctx.manager.read(ledger_id)
+    raise LedgerError(f"could not mark ledger {ledger_id} in recovery: too many metadata conflicts")
+
+
+async def _fence(ctx: LedgerContext, ledger_id: int, md: LedgerMetadata, key: bytes) -> int:
+    bookies = md.ensembles[-1][1]
+    timeout = ctx.config.bookie_op_timeout_s
+
+    async def one(address: str) -> tuple[int, int]:
+        return await asyncio.wait_for(ctx.registry.client(address).fence(ledger_id, key), timeout)
+
+    results = await asyncio.gather(*(one(a) for a in bookies), return_exceptions=True)
+    fenced: set[int] = set()
+    lacs = []
+    for i, r in enumerate(results):
+        if isinstance(r, BookieUnauthorizedError):
+            raise LedgerUnauthorizedError(f"bookie {bookies[i]} refused the key of ledger {ledger_id}")
+        if isinstance(r, BaseException):
+            if not isinstance(r, BookieError | TimeoutError):
+                raise r
+            log.warning("fencing ledger %d on %s failed: %r", ledger_id, bookies[i], r)
+            continue
+        fenced.add(i)
+        lacs.append(r[0])
+    if not fenced_enough(md.ensemble_size, md.write_quorum, md.ack_quorum, fenced):
+        raise LedgerError(f"could not fence ledger {ledger_id} on enough bookies ({len(fenced)}/{len(bookies)})")
+    return max(lacs)
+
+
+async def _recovery_read(ctx: LedgerContext, ledger_id: int, md: LedgerMetadata, entry_id: int) -> bytes | None:
+    write_set = md.write_set(entry_id)
+    timeout = ctx.config.read_timeout_s
+
+    async def one(address: str) -> bytes:
+        got = await asyncio.wait_for(ctx.registry.client(address).read_entries(ledger_id, entry_id, entry_id), timeout)
+        if not got or got[0][0] != entry_id:
+            raise BookieNoSuchEntryError(f"no entry {ledger_id}:{entry_id}")
+        return digest.unframe(ledger_id, entry_id, got[0][1])[0]
+
+    results = await asyncio.gather(*(one(a) for a in write_set), return_exceptions=True)
+    missing = 0
+    for r in results:
+        if isinstance(r, bytes):
+            return r
+        if isinstance(r, BookieNoSuchEntryError):
+            missing += 1
+        elif not isinstance(r, BookieError | DigestError | TimeoutError):
+            raise r
+    if missing >= md.write_quorum - md.ack_quorum + 1:
+        return None
+    raise LedgerError(f"recovery of ledger {ledger_id} cannot tell whether entry {entry_id} exists: {results}")
+
+
+async def _close(
+    ctx: LedgerContext, ledger_id: int, md: LedgerMetadata, version: int, last: int, length: int
+) -> tuple[LedgerMetadata, int]:
+    for _ in range(ctx.config.metadata_retries):
+        closed = md.evolve(state=LedgerState.CLOSED, last_entry_id=last, length=length)
+        try:
+            return closed, await ctx.manager.write(ledger_id, closed, version)
+        except MetadataVersionConflictError:
+            md, version = await ctx.manager.read(ledger_id)
+        if md.state is LedgerState.CLOSED:
+            return md, version  # a concurrent recovery finished first
+    raise LedgerError(f"could not close ledger {ledger_id}: too many metadata conflicts")
