@@ -386,6 +386,8 @@ class ManagedCursorImpl(ManagedCursor):
                     if not await ml._still_owner():
                         ml._set_fenced(f"cursor {self.name} was updated by another owner")
                         raise ManagedLedgerFencedError(f"{ml.name} is fenced: another owner opened it") from None
+                    if self._deleted:
+                        return
                     # Still the owner (e.g. a late write of a previous owner): ours wins.
                     cur = await ml._io(ml._store.get(self._path), "read cursor")
                     version = cur.stat.version if cur is not None else NOT_EXISTS

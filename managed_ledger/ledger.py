@@ -781,13 +781,25 @@ class ManagedLedgerImpl(ManagedLedger):
         cursor._deleted = True
         cursor._close_now()
         if cursor.durable:
-            try:
-                await self._io(self._store.delete(cursor_path(self.name, name)), "delete cursor")
-            except NotFoundError:
-                pass
-            except MetadataError as e:
-                raise ManagedLedgerError(f"{self.name}: cannot delete cursor {name}: {e}") from e
+            path = cursor_path(self.name, name)
+            async with cursor._persist_lock:  # an in-flight flush must not re-create it afterwards
+                await self._delete_cursor_node(cursor, path)
         self._schedule_trim(0.0)
+
+    async def _delete_cursor_node(self, cursor: ManagedCursorImpl, path: str) -> None:
+        """CAS-delete a cursor's node; a version conflict is ours to override only while we own the ledger."""
+        try:
+            try:
+                await self._io(self._store.delete(path, cursor._version), "delete cursor")
+            except BadVersionError:
+                if not await self._still_owner():
+                    self._set_fenced(f"cursor {cursor.name} was updated by another owner")
+                    raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it") from None
+                await self._io(self._store.delete(path), "delete cursor")
+        except NotFoundError:
+            pass
+        except MetadataError as e:
+            raise ManagedLedgerError(f"{self.name}: cannot delete cursor {cursor.name}: {e}") from e
 
     def _cursor_removed(self, cursor: ManagedCursorImpl) -> None:
         """A non-durable cursor closed itself."""

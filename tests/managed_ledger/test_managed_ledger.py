@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 
 import pytest
+from magnetar.ledger.api import LedgerClient, NoSuchLedgerError
 from magnetar.managed_ledger.api import (
     EARLIEST,
     LATEST,
@@ -22,6 +23,7 @@ from magnetar.managed_ledger.metadata import cursor_path, ledger_path
 from magnetar.metadata.embedded import EmbeddedMetadataStore
 
 from tests.managed_ledger.conftest import config
+from tests.managed_ledger.ml_memory_ledger import MemoryLedgerClient
 
 NAME = "public/default/persistent/topic-1"
 
@@ -36,6 +38,15 @@ async def open_ml(factory: ManagedLedgerFactoryImpl, name: str = NAME, **cfg: ob
 
 async def add(ml: ManagedLedgerImpl, n: int, prefix: str = "m") -> list[Position]:
     return [await ml.add_entry(f"{prefix}{i}".encode()) for i in range(n)]
+
+
+async def ledger_exists(client: LedgerClient, ledger_id: int) -> bool:
+    try:
+        handle = await client.open_ledger(ledger_id, recovery=False)
+    except NoSuchLedgerError:
+        return False
+    await handle.close()
+    return True
 
 
 async def eventually(cond: Callable[[], bool], within: float = 2.0) -> None:
@@ -83,12 +94,14 @@ async def test_order_kept_when_adds_arrive_during_rollover(factory: ManagedLedge
     assert [int(e.data) for e in entries] == list(range(200))
 
 
-async def test_write_failure_continues_on_new_ledger(factory: ManagedLedgerFactoryImpl, client) -> None:
-    ml = await open_ml(factory)
+async def test_write_failure_continues_on_new_ledger(
+    memory_factory: ManagedLedgerFactoryImpl, memory_client: MemoryLedgerClient
+) -> None:
+    ml = await open_ml(memory_factory)
     cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
     await add(ml, 3)
     first_ledger = ml.ledger_ids[-1]
-    client.fail_appends = 1
+    memory_client.fail_appends = 1
     positions = await asyncio.gather(*(ml.add_entry(f"x{i}".encode()) for i in range(5)))
     assert positions == sorted(positions)
     assert all(p.ledger_id > first_ledger for p in positions)
@@ -270,7 +283,7 @@ async def test_trimming_without_retention(factory: ManagedLedgerFactoryImpl, sto
     assert await ml.trim() == []  # nothing consumed yet
     c.mark_delete(p[4])
     await eventually(lambda: len(ml.ledger_ids) == 3)  # the first ledger goes (debounced trim)
-    assert p[0].ledger_id not in client.ledger_ids
+    assert not await ledger_exists(client, p[0].ledger_id)
     info = json.loads((await store.get(ledger_path(NAME))).data)
     assert [li["id"] for li in info["ledgers"]] == ml.ledger_ids
     assert ml.number_of_entries == 7 and ml.first_position == p[3]
@@ -390,21 +403,24 @@ async def test_close_and_reopen_and_delete(make_factory: MakeFactory, store, cli
     await ml.close()
     ml = await open_ml(f, max_entries_per_ledger=3)  # empty ledgers of the previous opens are gone
     assert len(ml.ledger_ids) == 4
-    assert len(client.ledger_ids) == 4
+    ids = ml.ledger_ids
+    assert all([await ledger_exists(client, lid) for lid in ids])
     await ml.delete()
     assert not await f.exists(NAME)
-    assert client.ledger_ids == []
+    assert not any([await ledger_exists(client, lid) for lid in range(ids[0] - 3, ids[-1] + 1)])
     assert await store.get_children("/managed-ledgers/public/default/persistent") == []
     await f.close()
 
 
-async def test_cache_serves_tailing_reads(factory: ManagedLedgerFactoryImpl, client) -> None:
-    ml = await open_ml(factory)
+async def test_cache_serves_tailing_reads(
+    memory_factory: ManagedLedgerFactoryImpl, memory_client: MemoryLedgerClient
+) -> None:
+    ml = await open_ml(memory_factory)
     c = await ml.open_cursor("sub")
     await add(ml, 50)
-    reads = client.reads
+    reads = memory_client.reads
     assert len(await c.read_entries(100)) == 50
-    assert client.reads == reads  # all from the cache
+    assert memory_client.reads == reads  # all from the cache
 
 
 async def test_time_based_rollover(factory: ManagedLedgerFactoryImpl) -> None:
@@ -453,8 +469,10 @@ async def test_factory_open_is_shared_and_delete_when_closed(make_factory: MakeF
     assert a is b
     await a.add_entry(b"x")
     await a.open_cursor("sub")
+    ids = a.ledger_ids
     await a.close()
     assert await f.exists(NAME)
     await f.delete(NAME)
-    assert not await f.exists(NAME) and client.ledger_ids == []
+    assert not await f.exists(NAME)
+    assert not any([await ledger_exists(client, lid) for lid in ids])
     await f.close()
