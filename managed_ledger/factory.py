@@ -131,11 +131,11 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         if self._closed:
             return
         self._closed = True
-        for ml in list(self._ledgers.values()):
-            try:
-                await ml.close()
-            except Exception as e:
-                log.warning("closing %s failed: %s", ml.name, e)
+        mls = list(self._ledgers.values())
+        results = await asyncio.gather(*(ml.close() for ml in mls), return_exceptions=True)
+        for ml, r in zip(mls, results, strict=True):
+            if isinstance(r, Exception):
+                log.warning("closing %s failed: %s", ml.name, r)
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None

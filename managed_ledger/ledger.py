@@ -137,6 +137,7 @@ class ManagedLedgerImpl(ManagedLedger):
         self._trim_timer: asyncio.TimerHandle | None = None
         self._periodic_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._shutdown_task: asyncio.Task[None] | None = None
         self._cache = factory.cache.for_ledger(name, self._slowest_reader)
 
     # ------------------------------------------------------------------ properties
@@ -935,6 +936,12 @@ class ManagedLedgerImpl(ManagedLedger):
         self._factory._forget(self)
 
     async def _shutdown(self, *, seal: bool) -> None:
+        # Concurrent close()/delete() calls share one shutdown.
+        if self._shutdown_task is None:
+            self._shutdown_task = self._loop.create_task(self._do_shutdown(seal=seal))
+        await asyncio.shield(self._shutdown_task)
+
+    async def _do_shutdown(self, *, seal: bool) -> None:
         if self._state is State.CLOSED:
             return
         was_open = self._state is State.OPEN
