@@ -1,11 +1,12 @@
 """Micro-benchmark of the bookie add path (journal group commit with fdatasync on).
 
     python benchmarks/bookie_bench.py [--seconds 5] [--inflight 1024] [--size 100] [--ledgers 8]
-                                      [--uvloop] [--ledger-client]
+                                      [--uvloop] [--ledger-client [--bookies 3 --quorum 3,2,2]]
 
 Keeps ``--inflight`` adds outstanding spread over ``--ledgers`` ledgers (like many producers)
 and reports adds/s and add latency percentiles. ``--ledger-client`` goes through the ledger
-client (E=Qw=Qa=1) on top of a LocalBookieClient instead of calling the bookie directly.
+client on top of LocalBookieClients (``--bookies`` in-process bookies, ``--quorum E,Qw,Qa``,
+default one bookie and 1,1,1) instead of calling the bookie directly.
 """
 
 from __future__ import annotations
@@ -59,13 +60,19 @@ async def bench_ledger(args: argparse.Namespace, data_dir: Path) -> None:
     try:
         from magnetar.metadata.embedded import EmbeddedMetadataStore  # type: ignore[import-not-found]
 
-        store = EmbeddedMetadataStore(data_dir / "metadata.db")
+        store = EmbeddedMetadataStore(str(data_dir / "metadata.db"))
     except ImportError:  # pragma: no cover - the store is another module's work
         raise SystemExit("--ledger-client needs magnetar.metadata.embedded") from None
-    bookie = Bookie(BookieConfig(data_dir=data_dir / "bookie", min_free_bytes=0))
-    await bookie.start()
-    lc = BookieLedgerClient(store, StaticBookieRegistry([LocalBookieClient(bookie)]))
-    handles = [await lc.create_ledger(LedgerConfig()) for _ in range(args.ledgers)]
+    bookies = [
+        Bookie(BookieConfig(data_dir=data_dir / f"bookie-{i}", address=f"bookie-{i}", min_free_bytes=0))
+        for i in range(args.bookies)
+    ]
+    for b in bookies:
+        await b.start()
+    lc = BookieLedgerClient(store, StaticBookieRegistry([LocalBookieClient(b) for b in bookies]))
+    e, qw, qa = (int(x) for x in args.quorum.split(","))
+    config = LedgerConfig(ensemble_size=e, write_quorum=qw, ack_quorum=qa)
+    handles = [await lc.create_ledger(config) for _ in range(args.ledgers)]
     payload = b"x" * args.size
     latencies: list[float] = []
     deadline = time.perf_counter() + args.seconds
@@ -86,9 +93,11 @@ async def bench_ledger(args: argparse.Namespace, data_dir: Path) -> None:
     for h in handles:
         await h.close()
     await lc.close()
-    await bookie.close()
+    for b in bookies:
+        await b.close()
     await store.close()
-    report("ledger append (E=Qw=Qa=1)", latencies, elapsed, bookie.journal.bytes_written)
+    journal = sum(b.journal.bytes_written for b in bookies)
+    report(f"ledger append ({args.bookies} bookies, E,Qw,Qa={args.quorum})", latencies, elapsed, journal)
 
 
 def report(name: str, latencies: list[float], elapsed: float, journal_bytes: int) -> None:
@@ -113,6 +122,8 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=8)
     ap.add_argument("--uvloop", action="store_true")
     ap.add_argument("--ledger-client", action="store_true")
+    ap.add_argument("--bookies", type=int, default=1)
+    ap.add_argument("--quorum", default="1,1,1", help="E,Qw,Qa for --ledger-client")
     ap.add_argument("--dir", type=Path, default=None, help="data directory (default: a temp dir)")
     args = ap.parse_args()
     runner = None

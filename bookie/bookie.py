@@ -189,7 +189,13 @@ class Bookie:
         except Exception:
             log.exception("final checkpoint of bookie %s failed; the journal will be replayed", self.address)
         if self._ckpt_executor is not None and self._flushing is None:
-            await self._loop.run_in_executor(self._ckpt_executor, self.storage.close)  # type: ignore[union-attr]
+            try:
+                await asyncio.wait_for(
+                    self._loop.run_in_executor(self._ckpt_executor, self.storage.close),  # type: ignore[union-attr]
+                    self.config.checkpoint_timeout_s,
+                )
+            except (OSError, TimeoutError) as e:
+                log.error("closing the storage of bookie %s failed: %r", self.address, e)
         await self._shutdown_executors()
         self.status = BookieStatus.CLOSED
         log.info("bookie %s closed", self.address)

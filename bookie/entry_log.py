@@ -63,11 +63,11 @@ class EntryLogWriter:
         self._pending = 0
         self._unsynced: list[int] = []  # fds of rolled files waiting for their final fsync
 
-    def open(self) -> None:
-        """Start a new log after the existing ones (blocking)."""
+    def open(self, min_id: int = 1) -> None:
+        """Start a new log after the existing ones and at or above ``min_id`` (blocking)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         ids = entry_log_ids(self.directory)
-        self._start(ids[-1] + 1 if ids else 1)
+        self._start(max(min_id, ids[-1] + 1 if ids else 1))
 
     def _start(self, log_id: int) -> None:
         fd = os.open(entry_log_path(self.directory, log_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -161,6 +161,8 @@ class LedgerIndex:
         self._fd = -1
         self._size = 0
         self.compactions = 0
+        #: Highest entry log id the index ever referred to (ids are never reused).
+        self.max_log_id = 0
 
     # ---------------------------------------------------------------- lookups (event loop)
 
@@ -223,6 +225,8 @@ class LedgerIndex:
         locs.merge(b)
 
     def add_member(self, log_id: int, ledger_id: int) -> None:
+        if log_id > self.max_log_id:
+            self.max_log_id = log_id
         self.log_ledgers.setdefault(log_id, set()).add(ledger_id)
         self.ledger_logs.setdefault(ledger_id, set()).add(log_id)
 

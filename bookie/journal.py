@@ -146,7 +146,7 @@ class Journal:
         """Yield every intact record at or after ``start`` (blocking; run in a thread)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         for p in self.directory.glob("*.tmp"):
-            p.unlink()  # an interrupted pre-allocation
+            p.unlink(missing_ok=True)  # an interrupted pre-allocation
         for seq, path in _journal_files(self.directory):
             self._seq = max(self._seq, seq)
             if start is not None and seq < start.seq:
@@ -386,7 +386,11 @@ class Journal:
             except TimeoutError:
                 log.error("journal writer did not stop within %.1fs", wait_s)
                 return
-        self._prealloc.shutdown(wait=False, cancel_futures=True)
+        # Let a running pre-allocation finish: a new journal on this directory must not race it.
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._prealloc.shutdown, True, cancel_futures=True), wait_s)
+        except TimeoutError:
+            log.error("journal pre-allocation did not finish within %.1fs", wait_s)
         if self._fd >= 0:
             await asyncio.to_thread(os.close, self._fd)
             self._fd = -1

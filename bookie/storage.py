@@ -41,7 +41,7 @@ class LedgerStorage:
                 # (if any) are still in the journal and will be flushed again.
                 entry_log_path(self.directory, log_id).unlink(missing_ok=True)
                 self.index.forget_log(log_id)
-        self.writer.open()
+        self.writer.open(self.index.max_log_id + 1)
         return {lid: st.copy() for lid, st in self.index.states.items()}, self.index.mark
 
     def flush(

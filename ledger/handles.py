@@ -224,6 +224,34 @@ async def read_last_add_confirmed(ctx: LedgerContext, ledger_id: int, metadata: 
     return max(lacs)
 
 
+class _UnknownBookie(BookieClient):
+    """Stands in for an ensemble member the registry does not know: every call fails."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def _fail(self) -> BookieUnavailableError:
+        return BookieUnavailableError(f"unknown bookie {self.address}")
+
+    async def add_entry(self, *args: Any, **kwargs: Any) -> None:
+        raise self._fail()
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
+        raise self._fail()
+
+    async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
+        raise self._fail()
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
+        raise self._fail()
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        raise self._fail()
+
+    async def close(self) -> None:
+        pass
+
+
 class _PendingAdd:
     __slots__ = ("acked", "acks", "entry_id", "failures", "future", "started", "stored", "total_length")
 
@@ -283,7 +311,12 @@ class LedgerWriteHandle(WriteHandle):
         self._arm_timer()
 
     def _set_ensemble(self, bookies: list[str]) -> None:
-        clients: list[BookieClient] = [self.ctx.registry.client(a) for a in bookies]
+        clients: list[BookieClient] = []
+        for address in bookies:
+            try:
+                clients.append(self.ctx.registry.client(address))
+            except BookieError:
+                clients.append(_UnknownBookie(address))  # e.g. decommissioned: its adds just fail
         self._clients = clients
         # LocalBookieClient offers a future-returning add: no task per add on the hot path.
         self._nowait: list[Any] = [getattr(c, "add_entry_nowait", None) for c in clients]

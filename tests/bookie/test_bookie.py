@@ -161,6 +161,7 @@ async def test_gc_removes_logs_of_deleted_ledgers(make_bookie, tmp_path: Path) -
     await b.close()
     b2 = await make_bookie()
     assert b2.ledger_ids() == [2]
+    assert b2.storage.writer.log_id > max(logs_1 | logs_2)  # entry log ids are never reused
     await assert_ledger(b2, 2, 400, size=200)
     with pytest.raises(BookieNoSuchEntryError):
         await b2.read_entries(1, 0, 0)
