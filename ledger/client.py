@@ -136,3 +136,7 @@ class BookieLedgerClient(LedgerClient):
         for handle in list(self._writers):
             handle._release()
         await self.ctx.registry.close()
+
+
+#: Alternative name (BookKeeper's client class is ``BookKeeper``); ``cli/standalone.py`` uses it.
+BookKeeperClient = BookieLedgerClient
