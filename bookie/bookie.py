@@ -387,7 +387,13 @@ class Bookie:
         except TimeoutError as e:
             raise BookieError("checkpoint timed out") from e
 
-    def _flush(self, snapshot, states, deleted, mark) -> None:  # type: ignore[no-untyped-def]
+    def _flush(
+        self,
+        snapshot: dict[int, dict[int, bytes]],
+        states: dict[int, LedgerState],
+        deleted: list[int],
+        mark: JournalPosition,
+    ) -> None:
         removed = self.storage.flush(snapshot, states, deleted, mark)
         journals = self.journal.delete_before(mark.seq)
         log.debug(
@@ -398,7 +404,14 @@ class Bookie:
             len(removed),
         )
 
-    def _flush_done(self, fut, snapshot, dirty, deleted, mark) -> None:  # type: ignore[no-untyped-def]
+    def _flush_done(
+        self,
+        fut: asyncio.Future[None],
+        snapshot: dict[int, dict[int, bytes]],
+        dirty: set[int],
+        deleted: list[int],
+        mark: JournalPosition,
+    ) -> None:
         """Runs on the loop when the flush thread finishes, even if the waiter timed out."""
         self._flushing = None
         self._last_checkpoint = time.monotonic()

@@ -251,3 +251,25 @@ async def test_periodic_checkpoint_runs(make_bookie) -> None:  # type: ignore[no
             break
     assert 1 in b.storage.index.ledgers
     await assert_ledger(b, 1, 100)
+
+
+async def test_close_stops_threads_and_tasks(make_bookie) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    prefixes = ("journal-writer", "journal-prealloc", "bookie-checkpoint", "bookie-read")
+
+    def ours() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith(prefixes)]
+
+    b = await make_bookie(checkpoint_interval_s=0.1)
+    await add_many(b, 1, 100)
+    await b.checkpoint()
+    await b.read_entries(1, 0, 99)
+    assert ours()
+    await b.close()
+    assert b._ckpt_task is not None and b._ckpt_task.done()
+    for _ in range(100):
+        if not ours():
+            break
+        await asyncio.sleep(0.01)
+    assert ours() == []
