@@ -215,20 +215,21 @@ class ManagedCursorImpl(ManagedCursor):
         md = self._md
         acked = self._acked
         old = md
+        added = False
         for p in positions:
             if p <= md or p > lac:
                 continue
             if p == ml.next_position(md):
                 md = p  # the common in-order ack: no range bookkeeping
             else:
-                acked.add(p)
+                added = acked.add(p) or added
         if acked:
             acked.remove_up_to(md)
             md = self._absorb(md)
         self._active = True
         if md != old:
             self._set_mark_delete(md)
-        else:
+        elif added:
             self._mark_dirty()
 
     def _absorb(self, md: Position) -> Position:
@@ -316,6 +317,7 @@ class ManagedCursorImpl(ManagedCursor):
             self._mark_dirty()
         if self._acked:
             self._acked.remove_ledgers_before(first_ledger)
+            self._md = self._absorb(self._md)  # acks may now directly follow the moved mark-delete
         if self._read < Position(first_ledger, 0):
             self._read = Position(first_ledger, 0)
 
