@@ -60,34 +60,16 @@ class LedgerStorage:
             entries = snapshot[lid]
             if not entries:
                 continue
-            logs: set[int] = set()
-            last_log = -1
-            locs: list[int] = []
-            lens: list[int] = []
-            crcs: list[int] = []
             eids = sorted(entries)
-            first = prev = eids[0]
-            for eid in eids:
-                gap = eid - prev
-                if gap > _MAX_RUN_GAP:
-                    blocks.append(Block(lid, first, array("q", locs), array("I", lens), array("I", crcs)))
-                    locs, lens, crcs = [], [], []
-                    first = eid
-                elif gap > 1:
-                    locs.extend([-1] * (gap - 1))
-                    lens.extend([0] * (gap - 1))
-                    crcs.extend([0] * (gap - 1))
-                data = entries[eid]
-                log_id, off, crc = writer.add(lid, eid, data)
-                if log_id != last_log:
-                    logs.add(log_id)
-                    last_log = log_id
-                locs.append(log_id << 32 | off)
-                lens.append(len(data))
-                crcs.append(crc)
-                prev = eid
-            blocks.append(Block(lid, first, array("q", locs), array("I", lens), array("I", crcs)))
+            datas = list(map(entries.__getitem__, eids))
+            locs, crcs, logs = writer.add_many(lid, eids, datas)
             members.extend((log_id, lid) for log_id in logs)
+            first = eids[0]
+            if eids[-1] - first + 1 == len(eids):
+                # Contiguous (every entry of the ledger is here): no per-entry Python work.
+                blocks.append(Block(lid, first, locs, array("I", map(len, datas)), array("I", crcs)))
+            else:
+                blocks.extend(_runs(lid, eids, locs, datas, crcs))
         writer.sync()
         index = self.index
         for b in blocks:
@@ -122,3 +104,27 @@ class LedgerStorage:
         self.writer.close()
         self.reader.close()
         self.index.close()
+
+
+def _runs(lid: int, eids: list[int], locs: array, datas: list[bytes], crcs: list[int]) -> list[Block]:
+    """Blocks for non-contiguous entry ids (striped ensembles): holes inside, a new block per big gap."""
+    blocks: list[Block] = []
+    start = 0
+    n = len(eids)
+    while start < n:
+        end = start + 1
+        while end < n and eids[end] - eids[end - 1] <= _MAX_RUN_GAP:
+            end += 1
+        first = eids[start]
+        span = eids[end - 1] - first + 1
+        b_locs = array("q", [-1]) * span
+        b_lens = array("I", [0]) * span
+        b_crcs = array("I", [0]) * span
+        for k in range(start, end):
+            i = eids[k] - first
+            b_locs[i] = locs[k]
+            b_lens[i] = len(datas[k])
+            b_crcs[i] = crcs[k]
+        blocks.append(Block(lid, first, b_locs, b_lens, b_crcs))
+        start = end
+    return blocks
