@@ -303,6 +303,7 @@ class LedgerWriteHandle(WriteHandle):
         self._pending_length = length
         self._pending: collections.deque[_PendingAdd] = collections.deque()
         self._error: LedgerError | None = None
+        self._failed_bookies: set[int] = set()
         self._closing = False
         self._closed = False
         self._reader = EntryReader(ctx, ledger_id, metadata)
@@ -418,12 +419,14 @@ class LedgerWriteHandle(WriteHandle):
         metadata and re-send the pending adds of the affected write sets. Until then an add
         that cannot reach its ack quorum fails the handle.
         """
-        log.warning(
-            "bookie %s failed an add to ledger %d: %r",
-            self.metadata.ensembles[-1][1][idx],
-            self.ledger_id,
-            exc,
-        )
+        if idx not in self._failed_bookies:  # once per bookie, not once per add
+            self._failed_bookies.add(idx)
+            log.warning(
+                "bookie %s failed an add to ledger %d: %r",
+                self.metadata.ensembles[-1][1][idx],
+                self.ledger_id,
+                exc,
+            )
 
     def _fail(self, err: LedgerError) -> None:
         """Fail every pending add and all later ones (later adds cannot complete in order)."""
