@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -86,6 +88,7 @@ class Bookie:
         self._ckpt_executor: ThreadPoolExecutor | None = None
         self._read_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock_fds: list[int] = []
 
     @property
     def address(self) -> str:
@@ -111,6 +114,7 @@ class Bookie:
         self._read_executor = ThreadPoolExecutor(self.config.read_threads, thread_name_prefix="bookie-read")
         timeout = self.config.checkpoint_timeout_s
         try:
+            await asyncio.wait_for(loop.run_in_executor(self._ckpt_executor, self._lock_dirs), timeout)
             states, mark = await asyncio.wait_for(loop.run_in_executor(self._ckpt_executor, self.storage.load), timeout)
             self._ledgers = states
             self._last_mark = mark
@@ -119,6 +123,7 @@ class Bookie:
         except BaseException:
             self.status = BookieStatus.CLOSED
             await self._shutdown_executors()
+            self._unlock_dirs()
             raise
         self.journal.start(loop)
         self._last_checkpoint = time.monotonic()
@@ -131,6 +136,24 @@ class Bookie:
             len(self._ledgers),
             replayed,
         )
+
+    def _lock_dirs(self) -> None:
+        """Refuse to run two bookies on the same directories (they would corrupt each other)."""
+        for d in dict.fromkeys((self.config.journal_dir, self.config.ledger_dir)):
+            d.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+            fd = os.open(d / "bookie.lock", os.O_RDWR | os.O_CREAT, 0o644)  # type: ignore[operator]
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                raise BookieError(f"{d} is in use by another bookie") from e
+            self._lock_fds.append(fd)
+
+    def _unlock_dirs(self) -> None:
+        for fd in self._lock_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # closing drops the flock
+        self._lock_fds.clear()
 
     def _replay(self, mark: JournalPosition | None) -> int:
         """Apply journal records after the checkpoint mark (blocking; before serving)."""
@@ -197,6 +220,7 @@ class Bookie:
             except (OSError, TimeoutError) as e:
                 log.error("closing the storage of bookie %s failed: %r", self.address, e)
         await self._shutdown_executors()
+        self._unlock_dirs()
         self.status = BookieStatus.CLOSED
         log.info("bookie %s closed", self.address)
 

@@ -273,3 +273,16 @@ async def test_close_stops_threads_and_tasks(make_bookie) -> None:  # type: igno
             break
         await asyncio.sleep(0.01)
     assert ours() == []
+
+
+async def test_second_bookie_on_same_directories_is_refused(make_bookie, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from magnetar.bookie.api import BookieError
+
+    b = await make_bookie()
+    await add_many(b, 1, 10)
+    with pytest.raises(BookieError, match="in use"):
+        await make_bookie()
+    await assert_ledger(b, 1, 10)
+    await b.close()
+    b2 = await make_bookie()  # the lock went with the first bookie
+    await assert_ledger(b2, 1, 10)
