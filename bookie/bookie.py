@@ -410,6 +410,8 @@ class Bookie:
             await asyncio.wait_for(asyncio.shield(fut), self.config.checkpoint_timeout_s)
         except TimeoutError as e:
             raise BookieError("checkpoint timed out") from e
+        except OSError as e:
+            raise BookieError(f"checkpoint failed: {e!r}") from e
 
     def _flush(
         self,
@@ -471,6 +473,8 @@ class Bookie:
                     await self.checkpoint()
                 except BookieError as e:
                     log.warning("checkpoint skipped: %s", e)
+                except Exception:  # keep checkpointing: the next attempt may succeed
+                    log.exception("checkpoint failed")
 
     async def _check_free_space(self) -> None:
         dirs = {self.config.journal_dir, self.config.ledger_dir}

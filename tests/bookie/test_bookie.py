@@ -286,3 +286,31 @@ async def test_second_bookie_on_same_directories_is_refused(make_bookie, tmp_pat
     await b.close()
     b2 = await make_bookie()  # the lock went with the first bookie
     await assert_ledger(b2, 1, 10)
+
+
+async def test_failed_checkpoint_keeps_data_and_is_retried(make_bookie, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from magnetar.bookie.api import BookieError
+
+    b = await make_bookie()
+    await add_many(b, 1, 100)
+    # Fault injection at the OS level: the entry log's descriptor goes bad under the writer.
+    writer = b.storage.writer
+    os.close(writer._fd)
+    writer._fd = os.open(os.devnull, os.O_RDONLY)
+    with pytest.raises(BookieError, match="checkpoint failed"):
+        await b.checkpoint()
+    await assert_ledger(b, 1, 100)  # served from the write cache again
+    assert len(list((b.config.journal_dir).glob("*.journal"))) >= 1
+    # Crash now: the journal still has everything.
+    b2 = await make_bookie(crash_copy(b, tmp_path / "crashed"))
+    await assert_ledger(b2, 1, 100)
+    # The original recovers once the entry log is writable again.
+    os.close(writer._fd)
+    writer._fd = -1
+    await asyncio.to_thread(writer.open, writer.log_id + 1)
+    await add_many(b, 1, 10, start=100)
+    await b.checkpoint()
+    assert not b._cache
+    await assert_ledger(b, 1, 110)
