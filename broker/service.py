@@ -155,10 +155,12 @@ class BrokerService:
         if name.partition_index < 0 and await self.resources.get_partitions(name) > 0:
             raise BrokerError(f"{name} is a partitioned topic: use its partitions", pb.TopicNotFound)
         if not await self.resources.topic_stored(name):
-            base_partitions = (
-                await self.resources.get_partitions(name.partitioned_base) if name.partition_index >= 0 else 0
+            # A partition of an existing partitioned topic may always be created; others need auto-creation.
+            is_declared_partition = (
+                name.partition_index >= 0
+                and await self.resources.get_partitions(name.partitioned_base) > name.partition_index
             )
-            allowed = create and (self.config.allow_auto_topic_creation or base_partitions > name.partition_index)
+            allowed = create and (self.config.allow_auto_topic_creation or is_declared_partition)
             if not allowed:
                 raise TopicNotFoundError(f"Topic {name} does not exist")
         ledger = await self.ledgers.open(name.persistence_name, self.managed_ledger_config())

@@ -33,7 +33,7 @@ class Standalone:
         from magnetar.bookie.bookie import Bookie
         from magnetar.bookie.config import BookieConfig
         from magnetar.bookie.local import LocalBookieClient
-        from magnetar.ledger.client import BookKeeperClient
+        from magnetar.ledger.client import BookieLedgerClient
         from magnetar.ledger.registry import StaticBookieRegistry
         from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
         from magnetar.metadata.embedded import EmbeddedMetadataStore
@@ -57,7 +57,7 @@ class Standalone:
         self._closers.append(bookie.close)
 
         registry = StaticBookieRegistry([LocalBookieClient(bookie)])
-        ledger_client = BookKeeperClient(store, registry)
+        ledger_client = BookieLedgerClient(store, registry)
         self._closers.append(ledger_client.close)
 
         factory = ManagedLedgerFactoryImpl(store, ledger_client)
