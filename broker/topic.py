@@ -18,6 +18,7 @@ from magnetar.managed_ledger.api import (
     Entry,
     InitialPosition,
     ManagedLedger,
+    ManagedLedgerError,
     ManagedLedgerFencedError,
     Position,
 )
@@ -147,7 +148,10 @@ class PersistentTopic:
         last = self.ledger.last_confirmed_entry
         if last.entry_id < 0:
             return last, -1
-        entry = await self.ledger.read_entry(last)
+        try:
+            entry = await self.ledger.read_entry(last)
+        except ManagedLedgerError:
+            return last, -1  # trimmed already (fully consumed, no retention): the batch size is unknown
         count = entry_num_messages(entry.data)
         metadata, _ = parse_metadata(entry.data)
         return last, (count - 1) if metadata.HasField("num_messages_in_batch") else -1
