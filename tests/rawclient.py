@@ -17,6 +17,8 @@ class RawClient:
     def __init__(self, port: int, timeout: float = 5.0) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self._buf = b""
+        #: Frames read while waiting for something else, returned first by the ``recv_until*`` helpers.
+        self._skipped: list[tuple[T, bytes]] = []
 
     def close(self) -> None:
         self.sock.close()
@@ -46,13 +48,22 @@ class RawClient:
             self._buf += chunk
 
     def recv_until(self, kind: int) -> T:
-        """Skip PINGs and other frames until one of type ``kind``."""
+        """The next frame of type ``kind``; other frames are kept for later calls, PINGs answered."""
+        return self.recv_until_any({kind})
+
+    def recv_until_any(self, kinds: set[int]) -> T:
+        for i, (cmd, _) in enumerate(self._skipped):
+            if cmd.type in kinds:
+                del self._skipped[i]
+                return cmd
         while True:
-            cmd, _ = self.recv_command()
-            if cmd.type == kind:
+            cmd, rest = self.recv_command()
+            if cmd.type in kinds:
                 return cmd
             if cmd.type == T.PING:
                 self.send(T(type=T.PONG, pong=pb.CommandPong()))
+            else:
+                self._skipped.append((cmd, rest))
 
     def is_closed(self, timeout: float = 3.0) -> bool:
         """Whether the broker closes the connection within ``timeout`` (frames received meanwhile are dropped)."""
@@ -90,3 +101,36 @@ class RawClient:
             meta = pb.MessageMetadata(producer_name="raw", sequence_id=sequence_id, publish_time=1)
             entry = build_entry(meta, payload)
         self.send(cmd, entry)
+
+    def subscribe(
+        self,
+        topic: str,
+        subscription: str,
+        consumer_id: int = 1,
+        request_id: int = 1,
+        sub_type: int = pb.CommandSubscribe.Exclusive,
+        name: str = "",
+        earliest: bool = True,
+    ) -> T:
+        cmd = T(type=T.SUBSCRIBE)
+        s = cmd.subscribe
+        s.topic, s.subscription, s.subType = topic, subscription, sub_type
+        s.consumer_id, s.request_id = consumer_id, request_id
+        if name:
+            s.consumer_name = name
+        s.initialPosition = pb.CommandSubscribe.Earliest if earliest else pb.CommandSubscribe.Latest
+        self.send(cmd)
+        return self.recv_until_response(request_id)
+
+    def recv_until_response(self, request_id: int) -> T:
+        """Next SUCCESS/ERROR for ``request_id``."""
+        while True:
+            cmd = self.recv_until_any({T.SUCCESS, T.ERROR})
+            inner = cmd.success if cmd.type == T.SUCCESS else cmd.error
+            if inner.request_id == request_id:
+                return cmd
+
+    def flow(self, consumer_id: int, permits: int) -> None:
+        cmd = T(type=T.FLOW)
+        cmd.flow.consumer_id, cmd.flow.messagePermits = consumer_id, permits
+        self.send(cmd)
