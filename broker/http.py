@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from aiohttp import web
+
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic_name import TopicName

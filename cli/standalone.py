@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 
 from aiohttp import web
+
 from magnetar.broker.config import BrokerConfig, load_config
 from magnetar.broker.http import build_app
 from magnetar.broker.resources import Resources, initialize_standalone

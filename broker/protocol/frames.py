@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass
 
 from crc32c import crc32c
+
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 
 MAGIC_CRC32C = 0x0E01

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from bookie_helpers import small_config
+
 from magnetar.bookie.bookie import Bookie
 
 

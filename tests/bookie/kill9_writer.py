@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from bookie_helpers import KEY, payload, small_config
+
 from magnetar.bookie.bookie import Bookie
 
 

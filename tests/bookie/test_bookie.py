@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from bookie_helpers import KEY, payload
+
 from magnetar.bookie.api import (
     BookieFencedError,
     BookieNoSuchEntryError,

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from magnetar.bookie.journal import REC_ADD, REC_FENCE, REC_HEADER_SIZE, Journal
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from bookie_helpers import payload, small_config
+
 from magnetar.bookie.api import BookieFencedError
 from magnetar.bookie.bookie import Bookie
 

@@ -6,8 +6,8 @@ import struct
 
 import pulsar
 import pytest
-from magnetar.broker.protocol import pulsar_api_pb2 as pb
 
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from tests.conftest import StandaloneProcess
 from tests.rawclient import RawClient
 

@@ -6,9 +6,9 @@ import re
 
 import pulsar
 import pytest
-from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from pulsar.schema import StringSchema
 
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from tests.conftest import StandaloneProcess
 from tests.rawclient import RawClient
 

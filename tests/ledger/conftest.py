@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from ledger_helpers import Cluster
+
 from magnetar.metadata.embedded import EmbeddedMetadataStore
 
 

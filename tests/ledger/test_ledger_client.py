@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from ledger_helpers import Cluster
+
 from magnetar.ledger import digest
 from magnetar.ledger.api import (
     LedgerClosedError,

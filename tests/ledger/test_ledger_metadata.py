@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from magnetar.ledger import digest
 from magnetar.ledger.api import NotEnoughBookiesError
 from magnetar.ledger.errors import DigestError

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from ledger_helpers import Cluster
+
 from magnetar.ledger.api import LedgerConfig, LedgerError, LedgerFencedError
 from magnetar.ledger.errors import MetadataVersionConflictError
 from magnetar.ledger.metadata import LedgerState

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from magnetar.bookie.bookie import Bookie
 from magnetar.bookie.config import BookieConfig
 from magnetar.bookie.local import LocalBookieClient
@@ -16,7 +17,6 @@ from magnetar.ledger.registry import StaticBookieRegistry
 from magnetar.managed_ledger.api import ManagedLedgerConfig
 from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
 from magnetar.metadata.embedded import EmbeddedMetadataStore
-
 from tests.managed_ledger.ml_memory_ledger import MemoryLedgerClient
 
 

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 
 import pytest
+
 from magnetar.ledger.api import LedgerClient, NoSuchLedgerError
 from magnetar.managed_ledger.api import (
     EARLIEST,
@@ -21,7 +22,6 @@ from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
 from magnetar.managed_ledger.ledger import ManagedLedgerImpl
 from magnetar.managed_ledger.metadata import cursor_path, ledger_path
 from magnetar.metadata.embedded import EmbeddedMetadataStore
-
 from tests.managed_ledger.conftest import config
 from tests.managed_ledger.ml_memory_ledger import MemoryLedgerClient
 

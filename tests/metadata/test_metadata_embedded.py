@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from magnetar.metadata import open_metadata_store
 from magnetar.metadata.api import (
     NOT_EXISTS,
