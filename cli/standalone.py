@@ -12,8 +12,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from magnetar.broker.admin.app import build_app
 from magnetar.broker.config import BrokerConfig, load_config
-from magnetar.broker.http import build_app
 from magnetar.broker.resources import Resources, initialize_standalone
 from magnetar.broker.service import BrokerService
 from magnetar.cli.logs import setup_logging

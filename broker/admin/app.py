@@ -1,0 +1,27 @@
+"""The aiohttp application on ``webServicePort``: admin API v2, HTTP lookup, OpenAPI document."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from magnetar.broker.admin import brokers, lookup
+from magnetar.broker.admin.api import SERVICE_KEY, error_middleware, json_response, openapi_document
+from magnetar.broker.service import BrokerService
+
+#: Modules whose ``routes`` are served; each owns one part of the API.
+MODULES = [brokers, lookup]
+
+
+async def openapi(request: web.Request) -> web.Response:
+    """The OpenAPI 3 document of everything implemented."""
+    return json_response(openapi_document())
+
+
+def build_app(service: BrokerService) -> web.Application:
+    """The web application, bound to ``service``."""
+    app = web.Application(client_max_size=service.config.max_frame_size, middlewares=[error_middleware])
+    app[SERVICE_KEY] = service
+    for module in MODULES:
+        app.router.add_routes(module.routes.table)
+    app.router.add_get("/admin/v2/openapi.json", openapi)
+    return app
