@@ -6,14 +6,21 @@ from magnetar.broker.protocol import pulsar_api_pb2 as pb
 
 
 class BrokerError(Exception):
-    """A failure reported to the client with a Pulsar ``ServerError`` code."""
+    """A failure reported to the client with a Pulsar ``ServerError`` code.
+
+    ``http_status`` is the status the admin API answers with when the error surfaces there
+    (``None``: derived from the code).
+    """
 
     code: int = pb.UnknownError
+    http_status: int | None = None
 
-    def __init__(self, message: str, code: int | None = None) -> None:
+    def __init__(self, message: str, code: int | None = None, http_status: int | None = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
+        if http_status is not None:
+            self.http_status = http_status
 
     @property
     def message(self) -> str:
@@ -54,3 +61,17 @@ class SubscriptionNotFoundError(BrokerError):
 
 class MetadataError(BrokerError):
     code = pb.MetadataError
+
+
+class TopicExistsError(BrokerError):
+    http_status = 409
+
+
+class TopicBusyError(BrokerError):
+    """Clients are connected and the operation was not forced (admin: 412)."""
+
+    http_status = 412
+
+
+class TopicTerminatedError(BrokerError):
+    code = pb.TopicTerminatedError

@@ -58,6 +58,10 @@ class SchemaRegistry:
             record = versions[wanted]
         return _to_proto(record, topic), encode_version(record["version"])
 
+    async def delete_schemas(self, topic: TopicName) -> None:
+        """Forget every schema version of ``topic`` (when the topic is deleted)."""
+        await self.store.delete_recursive(self._path(topic))
+
     async def add_schema(self, topic: TopicName, schema: pb.Schema) -> bytes:
         """Return the version of ``schema``, storing it as a new version if it is new."""
         record = {

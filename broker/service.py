@@ -5,18 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
-from magnetar.broker.errors import BrokerError, NotAllowedError, TopicNotFoundError
+from magnetar.broker.errors import (
+    BrokerError,
+    NotAllowedError,
+    TopicBusyError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.resources import Resources
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_name import TopicName
-from magnetar.managed_ledger.api import ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.metadata.api import BadVersionError, MetadataStore
+from magnetar.managed_ledger.api import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.metadata.api import BadVersionError, MetadataStore, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +190,103 @@ class BrokerService:
             retention_size_bytes=c.default_retention_size_in_mb * 1024 * 1024,
             cursor_flush_interval_seconds=c.managed_ledger_cursor_flush_interval_ms / 1000,
         )
+
+    # ------------------------------------------------------------------ topic administration
+    def loaded_topic(self, name: TopicName) -> PersistentTopic | None:
+        fut = self._topics.get(str(name))
+        if fut is None or not fut.done() or fut.exception() is not None:
+            return None
+        return fut.result()
+
+    async def topic_exists(self, name: TopicName) -> bool:
+        return self.loaded_topic(name) is not None or await self.resources.topic_stored(name)
+
+    async def create_topic(self, name: TopicName) -> PersistentTopic:
+        """Create a non-partitioned topic (admin ``PUT``); 409 if it (or a partitioned one) exists."""
+        await self.check_namespace(name)
+        if await self.topic_exists(name) or (
+            name.partition_index < 0 and await self.resources.get_partitions(name) > 0
+        ):
+            raise TopicExistsError("This topic already exists")
+        return await self.get_topic(name, create=True)
+
+    async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
+        """Declare a partitioned topic; partitions are created on first use."""
+        await self.check_namespace(name)
+        if partitions <= 0:
+            raise BrokerError("Number of partitions should be more than 0", http_status=406)
+        if name.partition_index >= 0:
+            raise BrokerError("Partitioned topic name must not end in -partition-N", http_status=412)
+        if await self.topic_exists(name):
+            raise TopicExistsError("This topic already exists")
+        if not await self.resources.create_partitioned_topic(name, partitions):
+            raise TopicExistsError("This topic already exists")
+
+    async def update_partitions(self, name: TopicName, partitions: int) -> None:
+        """Grow a partitioned topic; existing subscriptions are created on the new partitions
+        (at their start) so their consumers see every message."""
+        path = self._partitioned_path(name)
+        value = await self.store.get(path)
+        if value is None:
+            raise TopicNotFoundError("Partitioned topic does not exist")
+        current = int(json.loads(value.data)["partitions"])
+        if partitions <= current:
+            raise BrokerError(
+                f"Desired partitions {partitions} must be greater than current partitions {current}"
+                if partitions < current
+                else "Number of partitions is unchanged",
+                http_status=422 if partitions < current else 412,
+            )
+        subscriptions = await self._subscription_names(name.partition(0))
+        for index in range(current, partitions):
+            topic = await self.get_topic(name.partition(index), create=True)
+            for sub in subscriptions:
+                await topic.ledger.open_cursor(sub, InitialPosition.EARLIEST)
+                await topic.initialize()
+        try:
+            await self.store.put(path, json.dumps({"partitions": partitions}).encode(), value.stat.version)
+        except BadVersionError:
+            raise BrokerError("Partitioned topic was updated concurrently", http_status=409) from None
+
+    async def _subscription_names(self, name: TopicName) -> list[str]:
+        topic = self.loaded_topic(name)
+        if topic is not None:
+            return [s for s, sub in topic.subscriptions.items() if sub.durable]
+        if not await self.resources.topic_stored(name):
+            return []
+        topic = await self.get_topic(name, create=False)
+        return [s for s, sub in topic.subscriptions.items() if sub.durable]
+
+    async def delete_topic(self, name: TopicName, force: bool = False) -> None:
+        """Delete a topic (all partitions of a partitioned one) with its data and schema.
+
+        Refused with 412 while clients are connected unless ``force``, which disconnects them.
+        """
+        partitions = await self.resources.get_partitions(name) if name.partition_index < 0 else 0
+        if partitions:
+            for index in range(partitions):
+                await self._delete_one(name.partition(index), force, missing_ok=True)
+            with contextlib.suppress(NotFoundError):
+                await self.store.delete(self._partitioned_path(name))
+        else:
+            await self._delete_one(name, force, missing_ok=False)
+        await self.schemas.delete_schemas(name)
+
+    async def _delete_one(self, name: TopicName, force: bool, missing_ok: bool) -> None:
+        topic = self.loaded_topic(name)
+        if topic is not None:
+            if not force and topic.has_connected_clients():
+                raise TopicBusyError("Topic has active producers/subscriptions")
+            await self.unload_topic(topic)
+        elif not await self.resources.topic_stored(name):
+            if missing_ok:
+                return
+            raise TopicNotFoundError("Topic not found")
+        await self.ledgers.delete(name.persistence_name)
+
+    @staticmethod
+    def _partitioned_path(name: TopicName) -> str:
+        return Resources._partitioned_path(name)
 
     def loaded_topics(self) -> list[PersistentTopic]:
         return [f.result() for f in self._topics.values() if f.done() and f.exception() is None]

@@ -49,6 +49,9 @@ class PersistentTopic:
             if cursor.durable and name not in self.subscriptions:
                 self.subscriptions[name] = Subscription(self, name, cursor)
 
+    def has_connected_clients(self) -> bool:
+        return bool(self.producers) or any(sub.consumers for sub in self.subscriptions.values())
+
     # producers
     def add_producer(self, producer: Producer) -> None:
         if self.closed:

@@ -188,6 +188,19 @@ class ManagedLedger(abc.ABC):
     def cursors(self) -> dict[str, ManagedCursor]:
         """Open cursors by name (durable and non-durable)."""
 
+    @property
+    @abc.abstractmethod
+    def properties(self) -> dict[str, str]:
+        """Managed-ledger properties (persisted with the ledger list)."""
+
+    @abc.abstractmethod
+    async def set_properties(self, updates: dict[str, str | None]) -> None:
+        """Set (or with ``None`` remove) properties; durable when this returns."""
+
+    @abc.abstractmethod
+    def ledgers_info(self) -> list[dict[str, int]]:
+        """The ledger list for diagnostics: ``ledgerId``, ``entries``, ``size``, ``timestamp`` per ledger."""
+
     @abc.abstractmethod
     async def add_entry(self, data: bytes) -> Position:
         """Append one entry; returns once it is durable. Concurrent calls are group-committed in order."""

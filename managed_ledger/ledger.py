@@ -186,6 +186,31 @@ class ManagedLedgerImpl(ManagedLedger):
 
     # ------------------------------------------------------------------ open / recovery
 
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self._properties)
+
+    async def set_properties(self, updates: dict[str, str | None]) -> None:
+        self._check_open()
+        async with self._meta_lock:
+            previous = dict(self._properties)
+            for key, value in updates.items():
+                if value is None:
+                    self._properties.pop(key, None)
+                else:
+                    self._properties[key] = value
+            try:
+                await self._write_info([self._ledgers[i] for i in self._ledger_ids])
+            except BaseException:
+                self._properties = previous
+                raise
+
+    def ledgers_info(self) -> list[dict[str, int]]:
+        return [
+            {"ledgerId": lid, "entries": li.entries, "size": li.size, "timestamp": li.timestamp_ms}
+            for lid, li in ((lid, self._ledgers[lid]) for lid in self._ledger_ids)
+        ]
+
     async def _initialize(self) -> None:
         value = await self._io(self._store.get(self._path), "read managed ledger info")
         if value is None:

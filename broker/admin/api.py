@@ -205,7 +205,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except RestError as exc:
         return json_response({"reason": exc.reason}, exc.status)
     except BrokerError as exc:
-        return json_response({"reason": exc.message}, _BROKER_ERROR_STATUS.get(exc.code, 500))
+        status = exc.http_status or _BROKER_ERROR_STATUS.get(exc.code, 500)
+        return json_response({"reason": exc.message}, status)
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             return json_response({"reason": exc.reason}, exc.status)

@@ -494,3 +494,17 @@ async def test_trim_moves_lagging_reader_and_absorbs_its_acks(factory: ManagedLe
     assert reader.mark_delete_position == p[4]
     assert reader.backlog_entries() == 1
     assert [e.position for e in await reader.read_entries(10)] == [p[5]]
+
+
+async def test_properties_persist_and_ledgers_info(make_factory: MakeFactory) -> None:
+    factory = make_factory()
+    ml = await open_ml(factory, max_entries_per_ledger=2)
+    await add(ml, 5)
+    await ml.set_properties({"a": "1", "b": "2"})
+    await ml.set_properties({"b": None})
+    info = ml.ledgers_info()
+    assert sum(li["entries"] for li in info) == 5 and len(info) >= 3
+    assert sum(li["size"] for li in info) == ml.total_size
+    await factory.close()
+    reopened = await open_ml(make_factory())
+    assert reopened.properties == {"a": "1"}
