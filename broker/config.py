@@ -37,6 +37,8 @@ class BrokerConfig:
     max_consumers_per_subscription: int = 0
     max_unacked_messages_per_consumer: int = 50_000
     dispatcher_max_read_batch_size: int = 100
+    #: How often rates (msgRateIn, ...) are recomputed for stats and metrics.
+    stats_update_frequency_in_secs: int = 10
     # Storage (Pulsar's managedLedger* settings)
     managed_ledger_default_ensemble_size: int = 1
     managed_ledger_default_write_quorum: int = 1

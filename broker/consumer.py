@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import entry_num_messages
+from magnetar.broker.stats import Meter
 from magnetar.managed_ledger.api import Entry, Position
 
 if TYPE_CHECKING:
@@ -45,8 +46,12 @@ class Consumer:
         self.max_unacked = max_unacked if sub_type in (SubType.Shared, SubType.Key_Shared) else 0
         self.blocked = False
         self.connected_since = time.time()
-        self.msg_out = 0
-        self.bytes_out = 0
+        self.meter = Meter()
+        self.meter_redeliver = Meter()
+        self.entries_out = 0
+        self.last_acked = 0.0
+        self.last_consumed = 0.0
+        self.reached_end = False
         self.closed = False
 
     @property
@@ -75,8 +80,10 @@ class Consumer:
             sent_bytes += len(data)
         self.permits -= sent_messages
         self.unacked_messages += sent_messages
-        self.msg_out += sent_messages
-        self.bytes_out += sent_bytes
+        self.meter.add(sent_messages, sent_bytes)
+        self.subscription.meter_out.add(sent_messages, sent_bytes)
+        self.entries_out += len(entries)
+        self.last_consumed = time.time()
         if self.max_unacked and self.unacked_messages >= self.max_unacked:
             self.blocked = True
 
@@ -86,6 +93,7 @@ class Consumer:
         if count is None:
             return False
         self._release(count)
+        self.last_acked = time.time()
         return True
 
     def acked_up_to(self, position: Position) -> None:
@@ -93,6 +101,7 @@ class Consumer:
         done = [p for p in self.pending_acks if p <= position]
         for p in done:
             self._release(self.pending_acks.pop(p))
+        self.last_acked = time.time()
 
     def take_pending(self, positions: list[Position] | None = None) -> list[Position]:
         """Remove and return pending entries (all, or those among ``positions``) for redelivery."""
@@ -111,6 +120,12 @@ class Consumer:
         self.unacked_messages = max(0, self.unacked_messages - count)
         if self.blocked and self.unacked_messages <= self.max_unacked // 2:
             self.blocked = False
+
+    def notify_end_of_topic(self) -> None:
+        """REACHED_END_OF_TOPIC, once: the topic is terminated and everything was delivered."""
+        if not self.reached_end and not self.pending_acks:
+            self.reached_end = True
+            self.connection.write(commands.reached_end_of_topic(self.consumer_id))
 
     def notify_active(self, active: bool) -> None:
         self.connection.write(commands.active_consumer_change(self.consumer_id, active))

@@ -92,6 +92,9 @@ class Dispatcher:
                 elif cursor.has_more_entries():
                     entries = await cursor.read_entries(budget)
                 else:
+                    if self.subscription.topic.terminated:
+                        for consumer in self.consumers:
+                            consumer.notify_end_of_topic()
                     await self._wakeup.wait()
                     self._wakeup.clear()
                     continue

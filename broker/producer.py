@@ -7,6 +7,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from magnetar.broker.protocol import commands
+from magnetar.broker.stats import Meter
 from magnetar.managed_ledger.api import Position
 
 if TYPE_CHECKING:
@@ -46,8 +47,7 @@ class Producer:
         self.metadata = metadata
         self.pending: deque[PublishSlot] = deque()
         self.connected_since = time.time()
-        self.msg_in = 0
-        self.bytes_in = 0
+        self.meter = Meter()
         self.closed = False
 
     def enqueue(self, sequence_id: int, highest_sequence_id: int) -> PublishSlot:

@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import json
 import logging
+import time
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
@@ -20,6 +21,7 @@ from magnetar.broker.errors import (
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.resources import Resources
 from magnetar.broker.schemas import SchemaRegistry
+from magnetar.broker.stats import sample_topic
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_name import TopicName
 from magnetar.managed_ledger.api import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory
@@ -44,6 +46,7 @@ class BrokerService:
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._server: asyncio.base_events.Server | None = None
         self._producer_seq = itertools.count()
+        self._stats_task: asyncio.Task[None] | None = None
         self._instance = 0
 
     @property
@@ -64,6 +67,7 @@ class BrokerService:
         """Reserve a producer-name prefix and start listening on the binary port."""
         self._instance = await self._next_instance()
         loop = asyncio.get_running_loop()
+        self._stats_task = loop.create_task(self._sample_stats(), name="stats")
         self._server = await loop.create_server(
             lambda: ServerConnection(self),
             self.config.bind_address,
@@ -72,6 +76,14 @@ class BrokerService:
             backlog=1024,
         )
         log.info("broker listening on %s:%d (%s)", self.config.bind_address, self.port, self.broker_service_url)
+
+    async def _sample_stats(self) -> None:
+        interval = max(1, self.config.stats_update_frequency_in_secs)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for topic in self.loaded_topics():
+                sample_topic(topic, now)
 
     async def _next_instance(self) -> int:
         """A number unique to this broker start, so generated producer names never repeat."""
@@ -300,6 +312,8 @@ class BrokerService:
 
     async def close(self) -> None:
         """Stop accepting, close client connections and every topic (flushing cursors)."""
+        if self._stats_task is not None:
+            self._stats_task.cancel()
         if self._server is not None:
             self._server.close()
         for topic in self.loaded_topics():

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
 from magnetar.broker.errors import BrokerError, ConsumerBusyError, NotAllowedError
+from magnetar.broker.stats import Meter
 from magnetar.managed_ledger.api import ManagedCursor, Position
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ class Subscription:
         self.consumers: list[Consumer] = []
         #: How often each pending position has been redelivered (sent in MESSAGE.redelivery_count).
         self.redelivery_counts: dict[Position, int] = {}
+        self.meter_out = Meter()
+        self.meter_expired = Meter()
+        self.last_expire = 0.0
         #: Set while a seek disconnects consumers, so a reader's subscription survives until it resubscribes.
         self._resetting = False
 
@@ -154,3 +158,17 @@ class Subscription:
 
     def backlog(self) -> int:
         return self.cursor.backlog_entries()
+
+    def backlog_size(self) -> int:
+        """Estimated bytes of the backlog (entries times the topic's average entry size)."""
+        ml = self.topic.ledger
+        entries = ml.number_of_entries
+        return self.backlog() * ml.total_size // entries if entries else 0
+
+    def individually_deleted_text(self) -> str:
+        """Acked ranges in Pulsar's internal-stats notation ``[(l:e1..l:e2]]``."""
+        ranges = ", ".join(
+            f"({first.ledger_id}:{first.entry_id - 1}..{last.ledger_id}:{last.entry_id}]"
+            for first, last in self.cursor.acked_ranges()
+        )
+        return f"[{ranges}]"

@@ -6,10 +6,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from magnetar.broker.errors import BrokerError, NotAllowedError, ProducerBusyError
+from magnetar.broker.errors import BrokerError, NotAllowedError, ProducerBusyError, TopicTerminatedError
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import entry_num_messages, parse_metadata
+from magnetar.broker.stats import Meter
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic_name import TopicName
 from magnetar.managed_ledger.api import (
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Managed-ledger property marking a terminated topic (value: position of its last entry).
+TERMINATED_PROPERTY = "magnetar.terminated"
+
 
 class PersistentTopic:
     """Producers, subscriptions and the managed ledger of one (partition of a) topic."""
@@ -38,8 +42,9 @@ class PersistentTopic:
         self.ledger = ledger
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        self.msg_in = 0
-        self.bytes_in = 0
+        self.meter_in = Meter()
+        self.entries_added = 0
+        self.terminated = TERMINATED_PROPERTY in ledger.properties
         self.closed = False
         self._loop = asyncio.get_running_loop()
 
@@ -56,6 +61,8 @@ class PersistentTopic:
     def add_producer(self, producer: Producer) -> None:
         if self.closed:
             raise BrokerError("Topic is being closed", pb.ServiceNotReady)
+        if self.terminated:
+            raise TopicTerminatedError("Topic was already terminated")
         existing = self.producers.get(producer.name)
         if existing is not None and not existing.closed:
             raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
@@ -73,10 +80,11 @@ class PersistentTopic:
     ) -> None:
         """Append one entry (a message or a whole batch); the receipt is sent once it is durable."""
         slot = producer.enqueue(sequence_id, highest_sequence_id)
-        producer.msg_in += num_messages
-        producer.bytes_in += len(data)
-        self.msg_in += num_messages
-        self.bytes_in += len(data)
+        if self.terminated:
+            producer.complete(slot, None, (pb.TopicTerminatedError, "Topic was already terminated"))
+            return
+        producer.meter.add(num_messages, len(data))
+        self.meter_in.add(num_messages, len(data))
         self._loop.create_task(self._persist(producer, slot, data))
 
     async def _persist(self, producer: Producer, slot, data: bytes) -> None:  # type: ignore[no-untyped-def]
@@ -90,6 +98,7 @@ class PersistentTopic:
             log.warning("publish failed on %s: %s", self.name, exc)
             producer.complete(slot, None, (pb.PersistenceError, f"Failed to persist message: {exc}"))
             return
+        self.entries_added += 1
         producer.complete(slot, position)
         for sub in self.subscriptions.values():
             sub.wakeup()
@@ -144,6 +153,19 @@ class PersistentTopic:
                 await self.ledger.delete_cursor(name)
             else:
                 await sub.cursor.close()
+
+    async def terminate(self) -> Position:
+        """Seal the topic: no more publishing; consumers are told when they reach its end."""
+        last = self.ledger.last_confirmed_entry
+        if not self.terminated:
+            await self.ledger.set_properties({TERMINATED_PROPERTY: str(last)})
+            self.terminated = True
+            for producer in list(self.producers.values()):
+                producer.disconnect()
+            self.producers.clear()
+            for sub in self.subscriptions.values():
+                sub.wakeup()
+        return last
 
     # queries
     async def last_message_id(self) -> tuple[Position, int]:

@@ -129,6 +129,10 @@ class ManagedCursor(abc.ABC):
         """Whether ``position`` is acknowledged (at/below mark-delete, or individually)."""
 
     @abc.abstractmethod
+    def acked_ranges(self) -> list[tuple[Position, Position]]:
+        """Individually acknowledged positions after the mark-delete position, as closed ranges."""
+
+    @abc.abstractmethod
     def rewind(self) -> None:
         """Move the read position back to the first unacknowledged entry."""
 

@@ -341,6 +341,9 @@ class ManagedCursorImpl(ManagedCursor):
             self._dirty = True
             self._ml._factory._cursor_dirty(self)
 
+    def acked_ranges(self) -> list[tuple[Position, Position]]:
+        return list(self._acked)
+
     def _info(self) -> CursorInfo:
         if self._active:
             self._last_active_ms = int(time.time() * 1000)
