@@ -243,11 +243,9 @@ class BrokerService:
             raise TopicNotFoundError("Partitioned topic does not exist")
         current = int(json.loads(value.data)["partitions"])
         if partitions <= current:
+            # Pulsar answers 422: partitions can only grow.
             raise BrokerError(
-                f"Desired partitions {partitions} must be greater than current partitions {current}"
-                if partitions < current
-                else "Number of partitions is unchanged",
-                http_status=422 if partitions < current else 412,
+                "Number of new partitions must be greater than existing number of partitions", http_status=422
             )
         subscriptions = await self._subscription_names(name.partition(0))
         for index in range(current, partitions):

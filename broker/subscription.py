@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
 from magnetar.broker.errors import BrokerError, ConsumerBusyError, NotAllowedError
 from magnetar.broker.stats import Meter
-from magnetar.managed_ledger.api import ManagedCursor, Position
+from magnetar.managed_ledger.api import Entry, ManagedCursor, Position
 
 if TYPE_CHECKING:
     from magnetar.broker.topic import PersistentTopic
@@ -85,9 +86,10 @@ class Subscription:
             self.dispatcher.wakeup()
 
     # acknowledgements
-    def ack_individual(self, consumer: Consumer, positions: list[Position]) -> None:
+    def ack_individual(self, consumer: Consumer | None, positions: list[Position]) -> None:
+        """Individual acks (from ``consumer``, or from the admin API when None)."""
         for p in positions:
-            if not consumer.acked(p):
+            if consumer is None or not consumer.acked(p):
                 for other in self.consumers:
                     if other is not consumer and other.acked(p):
                         break
@@ -100,14 +102,7 @@ class Subscription:
     def ack_cumulative(self, consumer: Consumer, position: Position) -> None:
         if self.sub_type in (SubType.Shared, SubType.Key_Shared):
             raise NotAllowedError("Cumulative ack is not supported for Shared subscription")
-        consumer.acked_up_to(position)
-        if self.redelivery_counts:
-            for p in [p for p in self.redelivery_counts if p <= position]:
-                del self.redelivery_counts[p]
-        if position > self.cursor.mark_delete_position:
-            self.cursor.mark_delete(position)
-        if self.dispatcher is not None:
-            self.dispatcher.wakeup()
+        self.ack_up_to(position)
 
     def count_redelivery(self, position: Position) -> None:
         self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
@@ -158,6 +153,61 @@ class Subscription:
 
     def backlog(self) -> int:
         return self.cursor.backlog_entries()
+
+    def _unacked_positions(self, limit: int) -> list[Position]:
+        """Up to ``limit`` unacknowledged positions after the mark-delete position, in order."""
+        ml = self.topic.ledger
+        last = ml.last_confirmed_entry
+        out: list[Position] = []
+        pos = ml.next_position(self.cursor.mark_delete_position)
+        while len(out) < limit and pos <= last:
+            if not self.cursor.is_acked(pos):
+                out.append(pos)
+            pos = ml.next_position(pos)
+        return out
+
+    def skip_entries(self, count: int) -> None:
+        """Acknowledge the next ``count`` unacknowledged entries (admin ``skip``)."""
+        positions = self._unacked_positions(count)
+        if positions:
+            self.ack_individual(None, positions)
+
+    def clear_backlog(self) -> None:
+        """Acknowledge everything published so far (admin ``skip_all``)."""
+        last = self.topic.ledger.last_confirmed_entry
+        if last.entry_id >= 0 and last > self.cursor.mark_delete_position:
+            self.ack_up_to(last)
+
+    async def expire_older_than(self, seconds: int) -> None:
+        """Acknowledge every entry published more than ``seconds`` ago (TTL, admin ``expireMessages``)."""
+        cutoff_ms = int((time.time() - seconds) * 1000)
+        position = await self.topic.newest_published_before(cutoff_ms)
+        if position is not None and position > self.cursor.mark_delete_position:
+            before = self.backlog()
+            self.ack_up_to(position)
+            self.meter_expired.add(max(0, before - self.backlog()), 0)
+            self.last_expire = time.time()
+
+    async def peek(self, nth: int) -> Entry | None:
+        """The ``nth`` (1-based) unacknowledged entry, without consuming it."""
+        positions = self._unacked_positions(nth)
+        if len(positions) < nth:
+            return None
+        return await self.topic.ledger.read_entry(positions[nth - 1])
+
+    def ack_up_to(self, position: Position) -> None:
+        """Cumulative ack: everything up to ``position`` (consumers' pending entries included)."""
+        for consumer in self.consumers:
+            consumer.acked_up_to(position)
+        if self.redelivery_counts:
+            for p in [p for p in self.redelivery_counts if p <= position]:
+                del self.redelivery_counts[p]
+        if position > self.cursor.mark_delete_position:
+            self.cursor.mark_delete(position)
+        if self.dispatcher is not None:
+            if self.dispatcher.redelivery:
+                self.dispatcher.redelivery = {p for p in self.dispatcher.redelivery if p > position}
+            self.dispatcher.wakeup()
 
     def backlog_size(self) -> int:
         """Estimated bytes of the backlog (entries times the topic's average entry size)."""

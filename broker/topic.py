@@ -181,17 +181,24 @@ class PersistentTopic:
         metadata, _ = parse_metadata(entry.data)
         return last, (count - 1) if metadata.HasField("num_messages_in_batch") else -1
 
-    async def find_position_by_publish_time(self, publish_time_ms: int) -> Position:
-        """Where a seek to ``publish_time_ms`` resumes: after the newest entry published at or before it,
-        as Pulsar's resetCursor(timestamp) does; the first entry if none is that old."""
+    async def newest_published_before(self, publish_time_ms: int) -> Position | None:
+        """The newest entry published at or before ``publish_time_ms`` (None if even the first is newer)."""
 
         def published_before(entry: Entry) -> bool:
             metadata, _ = parse_metadata(entry.data)
             return metadata.publish_time <= publish_time_ms
 
-        newest_before = await self.ledger.find_newest_matching(published_before)
+        if self.ledger.last_confirmed_entry.entry_id < 0 and self.ledger.number_of_entries == 0:
+            return None
+        return await self.ledger.find_newest_matching(published_before)
+
+    async def find_position_by_publish_time(self, publish_time_ms: int) -> Position:
+        """Where a seek to ``publish_time_ms`` resumes: after the newest entry published at or before it,
+        as Pulsar's resetCursor(timestamp) does; the first entry if none is that old."""
+
+        newest_before = await self.newest_published_before(publish_time_ms)
         if newest_before is None:
-            return EARLIEST
+            return self.ledger.first_position
         return self.ledger.next_position(newest_before)
 
     async def close(self) -> None:
