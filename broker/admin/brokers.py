@@ -1,12 +1,17 @@
-"""``/admin/v2/brokers``: health, readiness and broker information."""
+"""``/admin/v2/brokers``: health, readiness, the brokers of a cluster, the leader and configuration."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from magnetar.broker.admin.api import Routes
+from magnetar.broker.admin.api import Routes, json_response, not_found, service_of
 
 routes = Routes("brokers")
+
+
+def _broker_id(request: web.Request) -> str:
+    config = service_of(request).config
+    return f"{config.advertised_address}:{config.web_service_port}"
 
 
 @routes.get("/admin/v2/brokers/health", summary="Broker health check", responses={200: "ok"})
@@ -17,3 +22,37 @@ async def health(request: web.Request) -> web.Response:
 @routes.get("/admin/v2/brokers/ready", summary="Broker readiness", responses={200: "ok"})
 async def ready(request: web.Request) -> web.Response:
     return web.Response(text="ok")
+
+
+@routes.get("/admin/v2/brokers/leaderBroker", summary="The leader broker", responses={200: "leader"})
+async def leader(request: web.Request) -> web.Response:
+    service = service_of(request)
+    return json_response({"serviceUrl": service.web_service_url, "brokerId": _broker_id(request)})
+
+
+@routes.get("/admin/v2/brokers/configuration", summary="Names of dynamically updatable settings", responses={200: "[]"})
+async def dynamic_names(request: web.Request) -> web.Response:
+    return json_response([])  # every setting is static (read from the configuration at start)
+
+
+@routes.get("/admin/v2/brokers/configuration/values", summary="Dynamic setting values", responses={200: "{}"})
+async def dynamic_values(request: web.Request) -> web.Response:
+    return json_response({})
+
+
+@routes.get("/admin/v2/brokers/configuration/runtime", summary="Effective settings", responses={200: "map"})
+async def runtime_config(request: web.Request) -> web.Response:
+    values = service_of(request).config.to_pulsar_dict()
+    return json_response(
+        {key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in values.items()}
+    )
+
+
+@routes.get("/admin/v2/brokers/{cluster}", summary="Active brokers of a cluster", responses={200: "broker ids"})
+async def list_brokers(request: web.Request) -> web.Response:
+    service = service_of(request)
+    cluster = request.match_info["cluster"]
+    if await service.resources.get_cluster(cluster) is None:
+        raise not_found("Cluster does not exist")
+    # One broker per cluster until multi-broker clusters exist.
+    return json_response([_broker_id(request)] if cluster == service.config.cluster_name else [])
