@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from magnetar.broker.admin import brokers, lookup, subscriptions, topics
+from magnetar.broker.admin import brokers, lookup, metrics, subscriptions, topics
 from magnetar.broker.admin.api import SERVICE_KEY, error_middleware, json_response, openapi_document
 from magnetar.broker.service import BrokerService
 
 #: Modules whose ``routes`` are served; each owns one part of the API.
-MODULES = [brokers, lookup, topics, subscriptions]
+MODULES = [brokers, lookup, topics, subscriptions, metrics]
 
 
 async def openapi(request: web.Request) -> web.Response:
