@@ -39,6 +39,13 @@ class BrokerConfig:
     dispatcher_max_read_batch_size: int = 100
     #: How often rates (msgRateIn, ...) are recomputed for stats and metrics.
     stats_update_frequency_in_secs: int = 10
+    # Policy enforcement (Pulsar's names and defaults)
+    message_expiry_check_interval_in_minutes: float = 5
+    backlog_quota_check_enabled: bool = True
+    backlog_quota_check_interval_in_seconds: float = 60
+    subscription_expiry_check_interval_in_minutes: float = 5
+    broker_delete_inactive_topics_enabled: bool = True
+    broker_delete_inactive_topics_frequency_seconds: float = 60
     # Storage (Pulsar's managedLedger* settings)
     managed_ledger_default_ensemble_size: int = 1
     managed_ledger_default_write_quorum: int = 1

@@ -283,6 +283,7 @@ class ServerConnection(asyncio.Protocol):
                 schema_version = await self.service.schemas.add_schema(name, r.schema)
             user_named = r.HasField("producer_name") and bool(r.producer_name)
             producer_name = r.producer_name if user_named else self.service.new_producer_name()
+            await topic.check_new_producer()
             producer = Producer(
                 topic, self, r.producer_id, producer_name, user_named, {kv.key: kv.value for kv in r.metadata}
             )

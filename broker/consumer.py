@@ -121,6 +121,12 @@ class Consumer:
         if self.blocked and self.unacked_messages <= self.max_unacked // 2:
             self.blocked = False
 
+    def set_max_unacked(self, limit: int) -> None:
+        """New ``maxUnackedMessagesPerConsumer`` (Shared/Key_Shared only; 0 = unlimited)."""
+        if self.sub_type in (SubType.Shared, SubType.Key_Shared):
+            self.max_unacked = limit
+            self.blocked = bool(limit) and self.unacked_messages >= limit
+
     def notify_end_of_topic(self) -> None:
         """REACHED_END_OF_TOPIC, once: the topic is terminated and everything was delivered."""
         if not self.reached_end and not self.pending_acks:

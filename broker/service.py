@@ -18,6 +18,8 @@ from magnetar.broker.errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
+from magnetar.broker.housekeeping import Housekeeper, enforce_backlog_quota
+from magnetar.broker.policies import PolicyStore
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.resources import Resources
 from magnetar.broker.schemas import SchemaRegistry
@@ -42,11 +44,15 @@ class BrokerService:
         self.ledgers = ledgers
         self.resources = Resources(store)
         self.schemas = SchemaRegistry(store)
+        self.policies = PolicyStore(store, config)
+        self.policies.add_listener(self._on_policies_changed)
+        self.housekeeper = Housekeeper(self)
         self.connections: set[ServerConnection] = set()
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._server: asyncio.base_events.Server | None = None
         self._producer_seq = itertools.count()
         self._stats_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self._instance = 0
 
     @property
@@ -68,6 +74,7 @@ class BrokerService:
         self._instance = await self._next_instance()
         loop = asyncio.get_running_loop()
         self._stats_task = loop.create_task(self._sample_stats(), name="stats")
+        self.housekeeper.start()
         self._server = await loop.create_server(
             lambda: ServerConnection(self),
             self.config.bind_address,
@@ -76,6 +83,28 @@ class BrokerService:
             backlog=1024,
         )
         log.info("broker listening on %s:%d (%s)", self.config.bind_address, self.port, self.broker_service_url)
+
+    def _on_policies_changed(self, name: str) -> None:
+        """A namespace's or topic's policies changed (here or on another broker): re-apply them."""
+        affected = [
+            t for t in self.loaded_topics() if name in (t.name.namespace, str(t.name), str(t.name.partitioned_base))
+        ]
+        if affected:
+            task = asyncio.get_running_loop().create_task(self._reapply(affected))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _reapply(self, topics: list[PersistentTopic]) -> None:
+        for topic in topics:
+            try:
+                eff = await self.policies.effective(topic.name)
+                topic.apply_policies(eff)
+                await enforce_backlog_quota(topic, eff)
+                trim = getattr(topic.ledger, "trim", None)
+                if trim is not None:
+                    await trim()  # retention may have shrunk
+            except Exception:
+                log.exception("re-applying policies to %s failed", topic.name)
 
     async def _sample_stats(self) -> None:
         interval = max(1, self.config.stats_update_frequency_in_secs)
@@ -116,14 +145,15 @@ class BrokerService:
         partitions = await self.resources.get_partitions(topic)
         if partitions:
             return partitions
+        if not auto_create or not topic.persistent:
+            return 0
+        eff = await self.policies.effective(topic)
         if (
-            auto_create
-            and self.config.allow_auto_topic_creation
-            and self.config.allow_auto_topic_creation_type == "partitioned"
-            and topic.persistent
+            eff.allow_auto_topic_creation
+            and eff.auto_topic_creation_type == "partitioned"
             and not await self.resources.topic_stored(topic)
         ):
-            await self.resources.create_partitioned_topic(topic, self.config.default_num_partitions)
+            await self.resources.create_partitioned_topic(topic, eff.default_num_partitions)
             return await self.resources.get_partitions(topic)
         return 0
 
@@ -173,17 +203,19 @@ class BrokerService:
         await self.check_namespace(name)
         if name.partition_index < 0 and await self.resources.get_partitions(name) > 0:
             raise BrokerError(f"{name} is a partitioned topic: use its partitions", pb.TopicNotFound)
+        eff = await self.policies.effective(name)
         if not await self.resources.topic_stored(name):
             # A partition of an existing partitioned topic may always be created; others need auto-creation.
             is_declared_partition = (
                 name.partition_index >= 0
                 and await self.resources.get_partitions(name.partitioned_base) > name.partition_index
             )
-            allowed = create and (self.config.allow_auto_topic_creation or is_declared_partition)
+            allowed = create and (is_declared_partition or eff.allow_auto_topic_creation)
             if not allowed:
                 raise TopicNotFoundError(f"Topic {name} does not exist")
         ledger = await self.ledgers.open(name.persistence_name, self.managed_ledger_config())
         topic = PersistentTopic(self, name, ledger)
+        topic.apply_policies(eff)
         await topic.initialize()
         log.debug("loaded topic %s", name)
         return topic
@@ -312,6 +344,10 @@ class BrokerService:
         """Stop accepting, close client connections and every topic (flushing cursors)."""
         if self._stats_task is not None:
             self._stats_task.cancel()
+        await self.housekeeper.close()
+        for task in list(self._background):
+            task.cancel()
+        self.policies.close()
         if self._server is not None:
             self._server.close()
         for topic in self.loaded_topics():

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
 from magnetar.broker.errors import BrokerError, ConsumerBusyError, NotAllowedError
+from magnetar.broker.protocol.frames import parse_metadata
 from magnetar.broker.stats import Meter
 from magnetar.managed_ledger.api import Entry, ManagedCursor, Position
 
@@ -61,9 +62,16 @@ class Subscription:
             raise ConsumerBusyError("Subscription is of different type")
         if consumer.sub_type == SubType.Exclusive and self.consumers:
             raise ConsumerBusyError("Exclusive consumer is already connected")
-        limit = self.topic.service.config.max_consumers_per_subscription
+        eff = self.topic.effective
+        limit = eff.max_consumers_per_subscription if eff else self.topic.service.config.max_consumers_per_subscription
         if limit and len(self.consumers) >= limit:
             raise ConsumerBusyError("Subscription reached max consumers limit")
+        topic_limit = eff.max_consumers_per_topic if eff else 0
+        if topic_limit and sum(len(s.consumers) for s in self.topic.subscriptions.values()) >= topic_limit:
+            raise ConsumerBusyError("Topic reached max consumers limit")
+        if eff is not None:
+            consumer.set_max_unacked(eff.max_unacked_messages_per_consumer)
+        self.topic.last_active = time.monotonic()
         if self.dispatcher is None or self.sub_type != consumer.sub_type:
             self.sub_type = consumer.sub_type
             self.dispatcher = self._make_dispatcher(consumer.sub_type)
@@ -165,6 +173,28 @@ class Subscription:
                 out.append(pos)
             pos = ml.next_position(pos)
         return out
+
+    async def oldest_unacked_age(self) -> float:
+        """Seconds since the oldest unacknowledged entry was published (0 when there is none)."""
+        positions = self._unacked_positions(1)
+        if not positions:
+            return 0.0
+        try:
+            entry = await self.topic.ledger.read_entry(positions[0])
+        except Exception:
+            return 0.0
+        metadata, _ = parse_metadata(entry.data)
+        return max(0.0, time.time() - metadata.publish_time / 1000)
+
+    def evict_backlog_to(self, target_bytes: int) -> None:
+        """Skip the oldest entries until the estimated backlog is at most ``target_bytes``."""
+        ml = self.topic.ledger
+        if not ml.number_of_entries:
+            return
+        average = max(1, ml.total_size // ml.number_of_entries)
+        excess = self.backlog() - target_bytes // average
+        if excess > 0:
+            self.skip_entries(excess)
 
     def skip_entries(self, count: int) -> None:
         """Acknowledge the next ``count`` unacknowledged entries (admin ``skip``)."""

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from magnetar.broker.errors import BrokerError, NotAllowedError, ProducerBusyError, TopicTerminatedError
+from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import entry_num_messages, parse_metadata
@@ -45,6 +47,10 @@ class PersistentTopic:
         self.meter_in = Meter()
         self.entries_added = 0
         self.terminated = TERMINATED_PROPERTY in ledger.properties
+        self.effective: EffectivePolicies | None = None
+        #: The backlog-quota policy currently refusing producers (``producer_request_hold`` / ``_exception``).
+        self.quota_blocked: str | None = None
+        self.last_active = time.monotonic()
         self.closed = False
         self._loop = asyncio.get_running_loop()
 
@@ -53,6 +59,41 @@ class PersistentTopic:
         for name, cursor in self.ledger.cursors.items():
             if cursor.durable and name not in self.subscriptions:
                 self.subscriptions[name] = Subscription(self, name, cursor)
+
+    def apply_policies(self, eff: EffectivePolicies) -> None:
+        """Take new effective policies into use (at load, and whenever they change)."""
+        self.effective = eff
+        config = self.ledger.config
+        # -1 means unlimited in both Pulsar's policy and the managed-ledger config.
+        minutes, megabytes = eff.retention_time_minutes, eff.retention_size_mb
+        config.retention_time_seconds = minutes * 60 if minutes >= 0 else -1
+        config.retention_size_bytes = megabytes * 1024 * 1024 if megabytes >= 0 else -1
+        config.ensemble_size = eff.ensemble_size
+        config.write_quorum = eff.write_quorum
+        config.ack_quorum = eff.ack_quorum
+        for sub in self.subscriptions.values():
+            for consumer in sub.consumers:
+                consumer.set_max_unacked(eff.max_unacked_messages_per_consumer)
+
+    async def check_new_producer(self) -> None:
+        """Refuse a producer while the topic is over a blocking backlog quota (Pulsar's errors)."""
+        from magnetar.broker.housekeeping import enforce_backlog_quota
+
+        if self.effective is not None:
+            await enforce_backlog_quota(self, self.effective)
+        if self.quota_blocked == "producer_request_hold":
+            raise BrokerError(
+                "Cannot create producer on topic with backlog quota exceeded", pb.ProducerBlockedQuotaExceededError
+            )
+        if self.quota_blocked == "producer_exception":
+            raise BrokerError(
+                "Cannot create producer on topic with backlog quota exceeded", pb.ProducerBlockedQuotaExceededException
+            )
+
+    def disconnect_producers(self) -> None:
+        for producer in list(self.producers.values()):
+            producer.disconnect()
+        self.producers.clear()
 
     def has_connected_clients(self) -> bool:
         return bool(self.producers) or any(sub.consumers for sub in self.subscriptions.values())
@@ -66,7 +107,9 @@ class PersistentTopic:
         existing = self.producers.get(producer.name)
         if existing is not None and not existing.closed:
             raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
-        limit = self.service.config.max_producers_per_topic
+        limit = (
+            self.effective.max_producers_per_topic if self.effective else self.service.config.max_producers_per_topic
+        )
         if limit and len(self.producers) >= limit:
             raise ProducerBusyError("Topic reached max producers limit")
         self.producers[producer.name] = producer
@@ -85,6 +128,7 @@ class PersistentTopic:
             return
         producer.meter.add(num_messages, len(data))
         self.meter_in.add(num_messages, len(data))
+        self.last_active = time.monotonic()
         self._loop.create_task(self._persist(producer, slot, data))
 
     async def _persist(self, producer: Producer, slot, data: bytes) -> None:  # type: ignore[no-untyped-def]
@@ -118,7 +162,12 @@ class PersistentTopic:
                 raise NotAllowedError(f"Subscription {name} exists with a different durability")
             return sub
         if durable:
-            if not self.service.config.allow_auto_subscription_creation and name not in self.ledger.cursors:
+            allowed = (
+                self.effective.allow_auto_subscription_creation
+                if self.effective
+                else self.service.config.allow_auto_subscription_creation
+            )
+            if not allowed and name not in self.ledger.cursors:
                 raise BrokerError(f"Subscription {name} does not exist", pb.SubscriptionNotFound)
             start = (
                 InitialPosition.EARLIEST if initial_position == pb.CommandSubscribe.Earliest else InitialPosition.LATEST
@@ -160,9 +209,7 @@ class PersistentTopic:
         if not self.terminated:
             await self.ledger.set_properties({TERMINATED_PROPERTY: str(last)})
             self.terminated = True
-            for producer in list(self.producers.values()):
-                producer.disconnect()
-            self.producers.clear()
+            self.disconnect_producers()
             for sub in self.subscriptions.values():
                 sub.wakeup()
         return last
@@ -206,9 +253,7 @@ class PersistentTopic:
         if self.closed:
             return
         self.closed = True
-        for producer in list(self.producers.values()):
-            producer.disconnect()
-        self.producers.clear()
+        self.disconnect_producers()
         for sub in list(self.subscriptions.values()):
             await sub.close()
         await self.ledger.close()

@@ -1,0 +1,164 @@
+"""Periodic policy enforcement: message TTL, backlog quotas, subscription expiration, inactive topics.
+
+Each check walks the loaded topics and applies their effective policies (topic > namespace >
+broker settings). Intervals are Pulsar's settings; every check is bounded and logs, never raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from magnetar.broker.policies import BacklogQuota, EffectivePolicies
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
+    from magnetar.broker.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+#: consumer_backlog_eviction trims a backlog down to this share of its quota, as Pulsar does.
+EVICTION_TARGET = 0.9
+
+
+class Housekeeper:
+    """Runs the periodic checks of one broker."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        c = self.service.config
+        loop = asyncio.get_running_loop()
+        jobs: list[tuple[str, float, Callable[[], Awaitable[None]]]] = [
+            ("message-ttl", c.message_expiry_check_interval_in_minutes * 60, self.expire_messages),
+            ("subscription-expiry", c.subscription_expiry_check_interval_in_minutes * 60, self.expire_subscriptions),
+        ]
+        if c.backlog_quota_check_enabled:
+            jobs.append(("backlog-quota", c.backlog_quota_check_interval_in_seconds, self.check_backlog_quotas))
+        if c.broker_delete_inactive_topics_enabled:
+            jobs.append(
+                ("inactive-topics", c.broker_delete_inactive_topics_frequency_seconds, self.delete_inactive_topics)
+            )
+        for name, interval, job in jobs:
+            self._tasks.append(loop.create_task(self._every(name, max(interval, 0.1), job), name=name))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    async def _every(self, name: str, interval: float, job: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(job(), timeout=max(interval, 30))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s check failed", name)
+
+    async def _topics_with_policies(self) -> list[tuple[PersistentTopic, EffectivePolicies]]:
+        out = []
+        for topic in self.service.loaded_topics():
+            if not topic.closed:
+                out.append((topic, await self.service.policies.effective(topic.name)))
+        return out
+
+    # ------------------------------------------------------------------ message TTL
+    async def expire_messages(self) -> None:
+        for topic, eff in await self._topics_with_policies():
+            if eff.message_ttl_seconds > 0:
+                for sub in list(topic.subscriptions.values()):
+                    await sub.expire_older_than(eff.message_ttl_seconds)
+
+    # ------------------------------------------------------------------ backlog quotas
+    async def check_backlog_quotas(self) -> None:
+        for topic, eff in await self._topics_with_policies():
+            await enforce_backlog_quota(topic, eff)
+
+    # ------------------------------------------------------------------ subscription expiration
+    async def expire_subscriptions(self) -> None:
+        now_ms = time.time() * 1000
+        for topic, eff in await self._topics_with_policies():
+            minutes = eff.subscription_expiration_minutes
+            if minutes <= 0:
+                continue
+            for name, sub in list(topic.subscriptions.items()):
+                idle_since = getattr(sub.cursor, "last_active_ms", now_ms)
+                if sub.durable and not sub.consumers and now_ms - idle_since > minutes * 60_000:
+                    log.info("deleting subscription %s of %s: inactive for over %s minutes", name, topic.name, minutes)
+                    await sub.unsubscribe(None, force=True)
+
+    # ------------------------------------------------------------------ inactive topics
+    async def delete_inactive_topics(self) -> None:
+        now = time.monotonic()
+        for topic, eff in await self._topics_with_policies():
+            mode = eff.inactive_topic_delete_mode
+            if mode is None or not eff.inactive_topic_delete_while_inactive:
+                continue
+            if topic.name.partition_index >= 0:
+                continue  # partitions live and die with their partitioned topic
+            if topic.has_connected_clients() or now - topic.last_active < eff.inactive_topic_max_seconds:
+                continue
+            if mode == "delete_when_no_subscriptions" and any(s.durable for s in topic.subscriptions.values()):
+                continue
+            if mode == "delete_when_subscriptions_caught_up" and any(s.backlog() for s in topic.subscriptions.values()):
+                continue
+            log.info("deleting inactive topic %s (%s)", topic.name, mode)
+            try:
+                await self.service.delete_topic(topic.name, force=False)
+            except Exception as exc:  # a client may have connected meanwhile
+                log.info("inactive topic %s not deleted: %s", topic.name, exc)
+
+
+async def backlog_age_seconds(topic: PersistentTopic) -> float:
+    """Age of the oldest unacknowledged entry over all durable subscriptions (0 when there is none)."""
+    ages = [await sub.oldest_unacked_age() for sub in topic.subscriptions.values() if sub.durable]
+    return max(ages, default=0.0)
+
+
+async def quota_exceeded(topic: PersistentTopic, eff: EffectivePolicies) -> BacklogQuota | None:
+    """The backlog quota a topic is over, if any (size checked first)."""
+    size_quota, time_quota = eff.backlog_quota_size, eff.backlog_quota_time
+    if size_quota is not None and (size_quota.limitSize or 0) >= 0:
+        backlog = max((s.backlog_size() for s in topic.subscriptions.values() if s.durable), default=0)
+        if backlog > (size_quota.limitSize or 0) and (size_quota.limitSize or 0) > 0:
+            return size_quota
+    if (
+        time_quota is not None
+        and (time_quota.limitTime or 0) > 0
+        and backlog_age_seconds(topic) > (time_quota.limitTime or 0)
+    ):
+        return time_quota
+    return None
+
+
+async def enforce_backlog_quota(topic: PersistentTopic, eff: EffectivePolicies) -> None:
+    """Apply the topic's backlog quotas: evict old backlog, or hold/refuse producers as configured."""
+    quota = await quota_exceeded(topic, eff)
+    if quota is None:
+        topic.quota_blocked = None
+        return
+    if quota.policy == "consumer_backlog_eviction":
+        topic.quota_blocked = None
+        if quota is eff.backlog_quota_time:
+            for sub in list(topic.subscriptions.values()):
+                await sub.expire_older_than(int(quota.limitTime or 0))
+        else:
+            target = int((quota.limitSize or 0) * EVICTION_TARGET)
+            for sub in list(topic.subscriptions.values()):
+                sub.evict_backlog_to(target)
+        return
+    if topic.quota_blocked != quota.policy:
+        log.info("%s is over its backlog quota (%s): producers blocked", topic.name, quota.policy)
+        topic.quota_blocked = quota.policy
+        topic.disconnect_producers()
