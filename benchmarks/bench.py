@@ -76,7 +76,9 @@ class Params:
     max_pending: int = 1000  # outstanding messages per non-batched producer
     max_pending_batched: int = 20_000  # outstanding messages per batched producer
     sizes: list[int] = field(default_factory=lambda: [100, 1024])
-    backlog: int = 200_000  # messages pre-filled for the consume scenarios
+    backlog: int = 200_000  # messages pre-filled for the non-batched consume scenario
+    # Batched backlogs drain in well under a second; more messages keep broker CPU above /proc's 10 ms ticks.
+    backlog_batched: int = 1_000_000
     consume_size: int = 100
     # pulsar-lite 0.2.0 stalls a backlog drain with 20000 (delivers ~9.4k, then nothing): keep 10000.
     receiver_queue: int = 10_000
@@ -797,9 +799,10 @@ def _fill_cpu(res: ScenarioResult, win: Window, wall: float) -> None:
         res.broker_cpu_s = win.cpu_s
         res.broker_sys_pct = 100.0 * (win.sys_s or 0.0) / win.cpu_s if win.cpu_s > 0 else 0.0
         res.broker_cores = win.cpu_s / (win.t_done - win.t_go)
-        res.broker_us_per_msg = win.cpu_s / res.messages * 1e6
-        # Zero means below the 1/CLK_TCK resolution of /proc: leave the rate unknown rather than infinite.
-        res.msgs_per_broker_cpu_s = res.messages / win.cpu_s if win.cpu_s > 0 else None
+        # Zero means below the 1/CLK_TCK resolution of /proc: leave both figures unknown, not 0 or inf.
+        if win.cpu_s > 0:
+            res.broker_us_per_msg = win.cpu_s / res.messages * 1e6
+            res.msgs_per_broker_cpu_s = res.messages / win.cpu_s
 
 
 class Bench:
@@ -838,7 +841,8 @@ class Bench:
 
     def consume(self, name: str, batched: bool) -> ScenarioResult:
         """Pre-fill a backlog (unmeasured), then drain it with one consumer (measured)."""
-        size, count = self.p.consume_size, self.p.backlog
+        size = self.p.consume_size
+        count = self.p.backlog_batched if batched else self.p.backlog
         res = ScenarioResult(name, "consume", size, batched)
         topic = self.topic(name)
         url = self.broker.service_url
@@ -1013,6 +1017,14 @@ def _fmt(v: float | None, spec: str) -> str:
     return format(v, spec)
 
 
+# Foreign CPU load (cores) above which a row is marked as measured on a busy machine.
+NOISY_OTHER_CORES = 0.3
+
+
+def _noisy(r: ScenarioResult) -> bool:
+    return r.other_cores is not None and r.other_cores > NOISY_OTHER_CORES
+
+
 COLUMNS = [
     # header, width, getter
     ("scenario", 22, lambda r: r.name),
@@ -1026,7 +1038,7 @@ COLUMNS = [
     ("brk-us/msg", 10, lambda r: _fmt(r.broker_us_per_msg, ".2f")),
     ("msg/brkCPU-s", 12, lambda r: _fmt(r.msgs_per_broker_cpu_s, ",.0f")),
     ("cliCores", 8, lambda r: _fmt(r.client_cores, ".2f")),
-    ("othCores", 8, lambda r: _fmt(r.other_cores, ".2f")),
+    ("othCores", 8, lambda r: _fmt(r.other_cores, ".2f") + ("!" if _noisy(r) else " ")),
     ("p50ms", 7, lambda r: _fmt((r.latency_ms or {}).get("p50"), ".2f")),
     ("p99ms", 7, lambda r: _fmt((r.latency_ms or {}).get("p99"), ".2f")),
     ("p99.9ms", 7, lambda r: _fmt((r.latency_ms or {}).get("p99.9"), ".2f")),
@@ -1050,6 +1062,11 @@ def format_table(t: TargetResult) -> str:
             lines.append(f"{r.name.ljust(22)} ERROR: {r.error.strip().splitlines()[-1]}")
             continue
         lines.append(" ".join(g(r).rjust(w) if i else g(r).ljust(w) for i, (_, w, g) in enumerate(COLUMNS)))
+    if any(_noisy(r) for r in t.scenarios if not r.error):
+        lines.append(
+            f"! = other processes kept more than {NOISY_OTHER_CORES} cores busy during that row: "
+            "throughput and latency there are suspect"
+        )
     notes = [f"  {r.name}: {r.note}" for r in t.scenarios if r.note and not r.error]
     if notes:
         lines += ["notes:", *notes]
@@ -1062,7 +1079,7 @@ def design_checks(t: TargetResult) -> list[dict[str, Any]]:
     for r in t.scenarios:
         if r.error:
             continue
-        if r.kind == "publish" and r.batched and r.broker_us_per_msg is not None:
+        if r.kind in ("publish", "consume") and r.batched and r.broker_us_per_msg is not None:
             checks.append(
                 {
                     "target": f"batched < {TARGET_BATCHED_US_PER_MSG:g} us broker CPU/msg",
@@ -1112,7 +1129,7 @@ def ratios(a: TargetResult, b: TargetResult) -> list[dict[str, Any]]:
             continue
 
         def div(x: float | None, y: float | None) -> float | None:
-            return x / y if x is not None and y else None
+            return x / y if x and y else None
 
         la, lb = ra.latency_ms or {}, rb.latency_ms or {}
         rows.append(
@@ -1123,6 +1140,7 @@ def ratios(a: TargetResult, b: TargetResult) -> list[dict[str, Any]]:
                 "msgs_per_broker_cpu_s": div(ra.msgs_per_broker_cpu_s, rb.msgs_per_broker_cpu_s),
                 "p50": div(la.get("p50"), lb.get("p50")),
                 "p99": div(la.get("p99"), lb.get("p99")),
+                "noisy": _noisy(ra) or _noisy(rb),
             }
         )
     return rows
@@ -1139,7 +1157,7 @@ def format_ratios(a: str, b: str, rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{r['scenario']:<22} {_fmt(r['msgs_per_s'], '.2f'):>8} {_fmt(r['broker_us_per_msg'], '.2f'):>10}"
             f" {_fmt(r['msgs_per_broker_cpu_s'], '.2f'):>12} {_fmt(r['p50'], '.2f'):>7}"
-            f" {_fmt(r['p99'], '.2f'):>7}"
+            f" {_fmt(r['p99'], '.2f'):>7}{'  ! busy machine' if r['noisy'] else ''}"
         )
     return "\n".join(lines)
 
@@ -1176,7 +1194,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, help="seconds per publish scenario (default 8, quick 2)")
     ap.add_argument("--producers", type=int, help="producer processes for throughput scenarios (default 2)")
     ap.add_argument("--sizes", help="payload sizes in bytes for publish scenarios (default 100,1024)")
-    ap.add_argument("--backlog", type=int, help="messages pre-filled for consume scenarios (default 200000)")
+    ap.add_argument("--backlog", type=int, help="messages pre-filled for consume (default 200000; batched: 5x)")
     ap.add_argument("--rates", help="latency scenario rates in msg/s (default 2000,20000)")
     ap.add_argument("--latency-duration", type=float, help="seconds per latency scenario (default 10)")
     ap.add_argument("--max-pending", type=int, help="outstanding msgs per non-batched producer (default 1000)")
@@ -1194,7 +1212,8 @@ def build_params(args: argparse.Namespace) -> Params:
     """Params from defaults, --quick and explicit overrides (explicit wins)."""
     p = Params(namespace=args.namespace)
     if args.quick:
-        p.duration, p.backlog, p.latency_duration, p.latency_warmup = 2.0, 20_000, 3.0, 0.5
+        p.duration, p.latency_duration, p.latency_warmup = 2.0, 3.0, 0.5
+        p.backlog, p.backlog_batched = 20_000, 100_000
     if args.duration is not None:
         p.duration = args.duration
     if args.producers is not None:
@@ -1203,6 +1222,7 @@ def build_params(args: argparse.Namespace) -> Params:
         p.sizes = [int(x) for x in args.sizes.split(",")]
     if args.backlog is not None:
         p.backlog = args.backlog
+        p.backlog_batched = 5 * args.backlog
     if args.rates:
         p.rates = [int(x) for x in args.rates.split(",")]
     if args.latency_duration is not None:
