@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from magnetar.broker.admin import brokers, lookup, metrics, subscriptions, topics
+from magnetar.broker.admin import (
+    brokers,
+    clusters,
+    lookup,
+    metrics,
+    namespaces,
+    subscriptions,
+    tenants,
+    topic_policies,
+    topics,
+)
 from magnetar.broker.admin.api import SERVICE_KEY, error_middleware, json_response, openapi_document
 from magnetar.broker.service import BrokerService
 
 #: Modules whose ``routes`` are served; each owns one part of the API.
-MODULES = [brokers, lookup, topics, subscriptions, metrics]
+MODULES = [brokers, lookup, topics, subscriptions, metrics, clusters, tenants, namespaces, topic_policies]
 
 
 async def openapi(request: web.Request) -> web.Response:
