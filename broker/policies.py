@@ -24,7 +24,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -91,12 +91,18 @@ class StrictModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    #: Fields where an empty string means "not set" (Go clients send enums' zero value as "").
+    empty_means_unset: ClassVar[frozenset[str]] = frozenset()
+
     @model_validator(mode="before")
     @classmethod
-    def _finite(cls, data: Any) -> Any:
+    def _lenient_nulls(cls, data: Any) -> Any:
         # Python's json accepts NaN/Infinity; they would be echoed back as invalid JSON.
         if not _all_finite(data):
             raise ValueError("NaN and Infinity are not valid JSON numbers")
+        if isinstance(data, dict):
+            # null means "not set" (the default), as clients that serialise every field send it.
+            data = {k: v for k, v in data.items() if v is not None and not (v == "" and k in cls.empty_means_unset)}
         return data
 
     def to_json(self) -> dict[str, Any]:
@@ -125,6 +131,8 @@ class RetentionPolicies(StrictModel):
 class BacklogQuota(StrictModel):
     """``BacklogQuota``: ``limitSize`` in bytes, ``limitTime`` in seconds; ``limit`` is the deprecated alias
     of ``limitSize`` (both are always written, as Pulsar does)."""
+
+    empty_means_unset = frozenset({"policy"})
 
     limit: Int64 | None = None
     limitSize: Int64 | None = None
@@ -178,6 +186,7 @@ class DelayedDeliveryPolicies(StrictModel):
 class InactiveTopicPolicies(StrictModel):
     """``InactiveTopicPolicies``."""
 
+    empty_means_unset = frozenset({"inactiveTopicDeleteMode"})
     inactiveTopicDeleteMode: InactiveTopicDeleteMode | None = None
     maxInactiveDurationSeconds: Int32 = 0
     deleteWhileInactive: bool = False
@@ -201,6 +210,10 @@ class AuthPolicies(StrictModel):
 class Policies(StrictModel):
     """Pulsar's namespace ``Policies`` document, field for field (values Magnetar does not act on are
     kept so clients can round-trip them)."""
+
+    empty_means_unset = frozenset(
+        {"schema_auto_update_compatibility_strategy", "schema_compatibility_strategy", "subscription_auth_mode"}
+    )
 
     auth_policies: AuthPolicies = Field(default_factory=AuthPolicies)
     replication_clusters: list[str] = Field(default_factory=list)
@@ -251,6 +264,8 @@ class Policies(StrictModel):
     dispatcherPauseOnAckStatePersistentEnabled: bool | None = None
     entryFilters: dict[str, Any] | None = None
     replicate_subscription_state: bool | None = None
+    #: Sent by the Go admin client (pulsarctl, Terraform); a local policy in Pulsar, not stored here.
+    antiAffinityGroup: str | None = Field(default=None, exclude=True)
 
 
 class TopicPolicies(BaseModel):

@@ -37,6 +37,7 @@ class ClusterData(StrictModel):
     """Pulsar's ``ClusterData``: how to reach a cluster (URLs are checked when present)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, title="ClusterData")
+    empty_means_unset = frozenset({"proxyProtocol"})
 
     serviceUrl: str | None = None
     serviceUrlTls: str | None = None

@@ -66,6 +66,16 @@ def test_missing_cluster(base: str) -> None:
         assert reply.status == 404 and reply.reason == "Cluster does not exist", method
 
 
+def test_go_client_cluster_data(base: str, cluster: str) -> None:
+    # pulsar-client-go sends every field, blank strings and nulls included.
+    body = {**DATA, "serviceUrlTls": "", "brokerServiceUrlTls": "", "peerClusterNames": None,
+            "authenticationPlugin": "", "authenticationParameters": "", "brokerClientTrustCertsFilePath": "",
+            "brokerClientTlsEnabled": False}  # fmt: skip
+    assert call("PUT", f"{base}/clusters/{cluster}", body).status == 200
+    got = call("GET", f"{base}/clusters/{cluster}").json
+    assert got["serviceUrl"] == DATA["serviceUrl"] and "peerClusterNames" not in got
+
+
 @pytest.mark.parametrize(
     ("raw", "status", "reason_part"),
     [

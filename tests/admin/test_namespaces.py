@@ -92,6 +92,26 @@ def test_create_accepts_a_full_pulsar_policies_document(base: str, tenant: str, 
     assert call("GET", f"{base}/namespaces/{tenant}/copy").json == doc
 
 
+def test_create_accepts_the_go_admin_clients_document(base: str, tenant: str) -> None:
+    # pulsar-client-go (pulsarctl, the Terraform provider) serialises every field: nulls, "" enums and
+    # antiAffinityGroup, which Pulsar ignores.
+    body = {
+        "bundles": None, "persistence": None, "retention_policies": None, "schema_validation_enforced": False,
+        "deduplicationEnabled": None, "deleted": False, "encryption_required": False,
+        "message_ttl_in_seconds": 45, "max_producers_per_topic": None, "compaction_threshold": None,
+        "offload_threshold": -1, "offload_deletion_lag_ms": None, "antiAffinityGroup": "",
+        "replication_clusters": None, "latency_stats_sample_rate": {}, "backlog_quota_map": {},
+        "topicDispatchRate": {}, "publishMaxMessageRate": {}, "clusterSubscribeRate": {},
+        "autoTopicCreationOverride": None, "schema_auto_update_compatibility_strategy": "Full",
+        "schema_compatibility_strategy": "", "subscription_auth_mode": "None", "is_allow_auto_update_schema": None,
+        "auth_policies": {"namespace_auth": None, "destination_auth": None, "subscription_auth_roles": None},
+    }  # fmt: skip
+    assert call("PUT", f"{base}/namespaces/{tenant}/go", body).status == 204
+    doc = call("GET", f"{base}/namespaces/{tenant}/go").json
+    assert doc["message_ttl_in_seconds"] == 45 and doc["replication_clusters"] == ["standalone"]
+    assert doc["schema_compatibility_strategy"] == "UNDEFINED" and "antiAffinityGroup" not in doc
+
+
 def test_create_errors(base: str, tenant: str, ns: str) -> None:
     again = call("PUT", f"{base}/namespaces/{ns}")
     assert again.status == 409 and again.reason == "Namespace already exists"
@@ -258,7 +278,7 @@ def test_structured_policy(url: str, segment: str, field: str, value: dict) -> N
         ("autoTopicCreation", {"allowAutoTopicCreation": "yes"}),
         ("delayedDelivery", {"tickTime": 1e30}),
         ("inactiveTopicPolicies", {"inactiveTopicDeleteMode": "sometimes"}),
-        ("autoSubscriptionCreation", {"allowAutoSubscriptionCreation": None}),
+        ("autoSubscriptionCreation", {"allowAutoSubscriptionCreation": "false"}),
         ("persistence", {"managedLedgerMaxMarkDeleteRate": float("nan")}),
     ],
 )
@@ -344,6 +364,13 @@ def test_backlog_quotas(url: str) -> None:
     assert list(call("GET", f"{url}/backlogQuotaMap").json) == ["destination_storage"]
     assert call("DELETE", f"{url}/backlogQuota").status == 204
     assert call("GET", f"{url}/backlogQuotaMap").json == {}
+
+
+def test_backlog_quota_with_empty_policy(url: str) -> None:
+    assert call("POST", f"{url}/backlogQuota", {"limitSize": 1, "limitTime": 0, "policy": ""}).status == 204
+    assert call("GET", f"{url}/backlogQuotaMap").json == {
+        "destination_storage": {"limit": 1, "limitSize": 1, "limitTime": 0}
+    }
 
 
 def test_backlog_quota_errors(url: str) -> None:

@@ -88,6 +88,13 @@ def test_invalid_tenant_name(base: str, name: str) -> None:
     assert reply.status == 412 and reply.reason == "Tenant name is not valid"
 
 
+def test_null_admin_roles_mean_none(base: str, tenant: str) -> None:
+    assert (
+        call("PUT", f"{base}/tenants/{tenant}", {"adminRoles": None, "allowedClusters": ["standalone"]}).status == 204
+    )
+    assert call("GET", f"{base}/tenants/{tenant}").json == {"adminRoles": [], "allowedClusters": ["standalone"]}
+
+
 def test_global_cluster_is_allowed(base: str, tenant: str) -> None:
     assert call("PUT", f"{base}/tenants/{tenant}", {"allowedClusters": ["global", "standalone"]}).status == 204
 
