@@ -32,6 +32,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import queue
 import shlex
 import shutil
 import signal
@@ -501,6 +502,13 @@ def _worker_main(body: Callable[..., dict[str, Any]], wid: int, out: Any, go: An
         out.put((wid, "error", traceback.format_exc()))
 
 
+def _await_callbacks(acked: list[int], sent: int, timeout: float = 60.0) -> None:
+    """Wait until every send callback has run: flush() can return before the last callbacks do."""
+    deadline = time.monotonic() + timeout
+    while sum(acked) < sent and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def producer_worker(
     ready: Callable[[], None],
     url: str,
@@ -528,8 +536,14 @@ def producer_worker(
     payload = b"x" * size
     acked = [0, 0]  # ok, failed
 
+    failures: set[str] = set()
+
     def on_sent(res: pulsar.Result, _msg_id: Any) -> None:
-        acked[0 if res == pulsar.Result.Ok else 1] += 1
+        if res == pulsar.Result.Ok:
+            acked[0] += 1
+        else:
+            acked[1] += 1
+            failures.add(str(res))
 
     ready()
     cpu0, t0 = time.process_time(), time.monotonic()
@@ -542,11 +556,13 @@ def producer_worker(
             producer.send_async(payload, on_sent)
         sent += min(chunk, limit - sent)
     producer.flush()
+    _await_callbacks(acked, sent)
     t1, cpu1 = time.monotonic(), time.process_time()
     result = {
         "sent": sent,
         "acked": acked[0],
         "errors": acked[1] + sent - sum(acked),
+        "error_kinds": sorted(failures) + (["no callback"] if sum(acked) < sent else []),
         "t0": t0,
         "t1": t1,
         "cpu": cpu1 - cpu0,
@@ -601,8 +617,14 @@ def paced_producer_worker(
     pad = b"x" * max(0, size - LATENCY_HEADER.size)
     acked = [0, 0]
 
+    failures: set[str] = set()
+
     def on_sent(res: pulsar.Result, _msg_id: Any) -> None:
-        acked[0 if res == pulsar.Result.Ok else 1] += 1
+        if res == pulsar.Result.Ok:
+            acked[0] += 1
+        else:
+            acked[1] += 1
+            failures.add(str(res))
 
     ready()
     cpu0 = time.process_time()
@@ -621,11 +643,13 @@ def paced_producer_worker(
             sent += 1
         time.sleep(0.0002)
     producer.flush()
+    _await_callbacks(acked, sent)
     t1 = time.monotonic_ns()
     result = {
         "sent": sent,
         "acked": acked[0],
         "errors": acked[1] + sent - sum(acked),
+        "error_kinds": sorted(failures) + (["no callback"] if sum(acked) < sent else []),
         "t0": start / 1e9,
         "t1": t1 / 1e9,
         "cpu": time.process_time() - cpu0,
@@ -735,7 +759,7 @@ def run_workers(
             while True:
                 try:
                     wid, got, payload = out.get(timeout=0.5)
-                except Exception:
+                except queue.Empty:
                     if time.monotonic() > deadline:
                         raise WorkerError(f"workers timed out waiting for '{kind}'") from None
                     dead = [p for p in procs if p.exitcode not in (None, 0)]
@@ -783,6 +807,11 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
+def _error_kinds(results: list[dict[str, Any]]) -> str:
+    kinds = sorted({k for r in results for k in r.get("error_kinds", [])})
+    return f"; send errors: {', '.join(kinds)}" if kinds else ""
+
+
 def _fill_cpu(res: ScenarioResult, win: Window, wall: float) -> None:
     """Derive rates and broker CPU figures from a measured window."""
     res.wall_s = wall
@@ -791,7 +820,7 @@ def _fill_cpu(res: ScenarioResult, win: Window, wall: float) -> None:
     res.client_cpu_s = sum(r["cpu"] for r in win.results)
     res.client_cores = res.client_cpu_s / wall if wall > 0 else 0.0
     span = win.t_done - win.t_go
-    if span > 0:
+    if span > 0 and win.cpu_s is not None:  # without broker CPU the broker itself would count as "other"
         # Whatever the machine did besides this broker and these clients: other sessions, kernel work.
         other = win.host_busy_s - (win.cpu_s or 0.0) - res.client_cpu_s
         res.other_cores = max(0.0, other / span)
@@ -836,7 +865,7 @@ class Bench:
         res.messages = sum(r["acked"] for r in win.results)
         res.errors = sum(r["errors"] for r in win.results)
         _fill_cpu(res, win, max(r["t1"] for r in win.results) - win.t_go)
-        res.note = f"{self.p.producers} producer procs, {pending} outstanding each"
+        res.note = f"{self.p.producers} producer procs, {pending} outstanding each" + _error_kinds(win.results)
         return res
 
     def consume(self, name: str, batched: bool) -> ScenarioResult:
@@ -886,6 +915,7 @@ class Bench:
         _fill_cpu(res, win, r["t1"] - win.t_go)
         res.note = (
             f"backlog {filled} filled at {filled / fill_wall:,.0f} msg/s; 1 consumer, queue {self.p.receiver_queue}"
+            + _error_kinds(fill.results)
         )
         return res
 
@@ -930,6 +960,7 @@ class Bench:
         res.note = f"achieved {achieved:,.0f}/{rate:,} msg/s; first {skip} msgs ({self.p.latency_warmup:g} s) excluded"
         if achieved < 0.95 * rate:
             res.note += "; PRODUCER COULD NOT KEEP THE RATE"
+        res.note += _error_kinds([prod])
         return res
 
     def idle_cores(self, seconds: float = 2.0) -> float | None:
