@@ -441,12 +441,15 @@ def validate_namespace_policies(policies: Policies, config: BrokerConfig) -> Non
     """What Pulsar checks in a namespace-creation body (after tenant/cluster checks)."""
     if policies.message_ttl_in_seconds is not None and policies.message_ttl_in_seconds < 0:
         raise _rest_error(412, "Invalid value for message TTL")
+    max_bundles = int(setting(config, "loadBalancerNamespaceMaximumBundles", 128))
+    if policies.bundles is not None and policies.bundles.numBundles > max_bundles:
+        raise _rest_error(412, f"Invalid number of bundles: {policies.bundles.numBundles} (at most {max_bundles})")
     if policies.bundles is not None and policies.bundles.numBundles > 0 and policies.bundles.boundaries:
-        policies.bundles = _validate_bundles(policies.bundles)
+        policies.bundles = _validate_bundles(policies.bundles, max_bundles)
     elif policies.bundles is not None and policies.bundles.numBundles > 0:
         policies.bundles = bundles_data(policies.bundles.numBundles)
     else:
-        policies.bundles = bundles_data(int(setting(config, "defaultNumberOfNamespaceBundles", 1)))
+        policies.bundles = bundles_data(min(int(setting(config, "defaultNumberOfNamespaceBundles", 1)), max_bundles))
     if policies.persistence is not None:
         validate_persistence(policies.persistence, config)
     if policies.retention_policies is not None:
@@ -455,7 +458,10 @@ def validate_namespace_policies(policies: Policies, config: BrokerConfig) -> Non
         validate_auto_topic_creation(policies.autoTopicCreationOverride, config)
 
 
-def _validate_bundles(bundles: BundlesData) -> BundlesData:
+def _validate_bundles(bundles: BundlesData, max_bundles: int) -> BundlesData:
+    count = len(bundles.boundaries or []) - 1
+    if count > max_bundles:
+        raise _rest_error(412, f"Invalid number of bundles: {count} (at most {max_bundles})")
     points: set[int] = set()
     for text in bundles.boundaries or []:
         try:
