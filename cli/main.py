@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from magnetar.cli import standalone
+from magnetar.cli import admin, standalone
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     standalone.add_parser(sub)
+    admin.add_parser(sub)
     args = parser.parse_args(argv)
     return int(args.run(args) or 0)
 
