@@ -54,21 +54,34 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[Frame]:
         """Append ``data`` and return every frame now complete. Raises :class:`FrameError`."""
         buf = self._buffer
+        if not buf and len(data) >= 8:
+            # Common case: the chunk starts at a frame boundary; decode straight from it, no buffering.
+            frames, used = self._split(memoryview(data))
+            if used < len(data):
+                buf += memoryview(data)[used:]
+            return frames
         buf += data
+        with memoryview(buf) as view:
+            frames, used = self._split(view)
+        if used:
+            del buf[:used]
+        return frames
+
+    def _split(self, view: memoryview) -> tuple[list[Frame], int]:
+        """Decode the complete frames at the start of ``view``; returns them and the bytes consumed."""
         frames: list[Frame] = []
         offset = 0
-        end = len(buf)
+        end = len(view)
         while end - offset >= 4:
-            (total,) = _U32.unpack_from(buf, offset)
+            (total,) = _U32.unpack_from(view, offset)
             if total < 4 or total > self.max_frame_size:
                 raise FrameError(f"invalid frame size {total} (max {self.max_frame_size})")
             if end - offset - 4 < total:
                 break
-            frames.append(_decode_frame(bytes(buf[offset + 4 : offset + 4 + total])))
+            # One copy per frame: the frame owns its bytes (the entry is a view of them).
+            frames.append(_decode_frame(bytes(view[offset + 4 : offset + 4 + total])))
             offset += 4 + total
-        if offset:
-            del buf[:offset]
-        return frames
+        return frames, offset
 
 
 def _decode_frame(frame: bytes) -> Frame:
