@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -777,3 +778,48 @@ def test_topics_get_message_by_id(admin: Admin, client: Any, topic_name: str) ->
     last = admin.json("topics", "last-message-id", topic_name)
     msg = admin.json("topics", "get-message-by-id", topic_name, "-l", str(last["ledgerId"]), "-e", str(last["entryId"]))
     assert msg[0]["payloadText"] == "only"
+
+
+# --------------------------------------------------------------------------- docs/grafana-dashboard.json
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+
+
+def test_grafana_dashboard_is_well_formed() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    assert dash["schemaVersion"] >= 36 and dash["uid"] and dash["title"]
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert {"cluster", "namespace", "topic"} <= variables.keys()
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for panel in dash["panels"]:
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, panel["title"]
+        covered = {(x, y) for x in range(pos["x"], pos["x"] + pos["w"]) for y in range(pos["y"], pos["y"] + pos["h"])}
+        assert not covered & cells, f"{panel['title']} overlaps another panel"
+        cells |= covered
+        for target in panel.get("targets", []):
+            assert target["datasource"]["uid"] == "${datasource}" and target["expr"]
+
+
+def test_grafana_dashboard_metrics_are_exported(standalone: StandaloneProcess, client: Any, topic_name: str) -> None:
+    # A topic with a subscription, so every per-topic and per-subscription series exists.
+    client.subscribe(topic_name, "dash").close()
+    _publish(client, topic_name, [b"x"])
+    with urllib.request.urlopen(f"{standalone.http_url}/metrics", timeout=10) as r:
+        exported = {
+            line.split("{")[0].split(" ")[0] for line in r.read().decode().splitlines() if line and line[0] != "#"
+        }
+    text = DASHBOARD.read_text()
+    used = set(re.findall(r"\b((?:pulsar|process)_[a-z_]+)", text))
+    assert used, "no metric names found in the dashboard"
+    assert used <= exported, f"dashboard uses metrics /metrics does not export: {sorted(used - exported)}"
+    required = {
+        "pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out", "pulsar_msg_backlog",
+        "pulsar_storage_size", "pulsar_subscription_back_log", "pulsar_producers_count", "pulsar_consumers_count",
+        "pulsar_subscriptions_count", "pulsar_topics_count", "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+    }  # fmt: skip
+    assert required <= used, f"dashboard lacks {sorted(required - used)}"
