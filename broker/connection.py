@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from magnetar.broker.consumer import Consumer, SubType
+from magnetar.broker.consumer import Consumer
 from magnetar.broker.errors import BrokerError, NotAllowedError
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import commands
@@ -342,8 +342,6 @@ class ServerConnection(asyncio.Protocol):
                     self.write(commands.success(r.request_id))
                     return
                 raise BrokerError("Consumer id is already used on this connection", pb.ConsumerBusy)
-            if r.subType == SubType.Key_Shared:
-                raise NotAllowedError("Key_Shared subscriptions are not supported yet")
             if not r.subscription:
                 raise BrokerError("Empty subscription name", pb.InvalidTopicName)
             name = TopicName.parse(r.topic)
@@ -360,6 +358,8 @@ class ServerConnection(asyncio.Protocol):
                 self.config.max_unacked_messages_per_consumer,
                 {kv.key: kv.value for kv in r.metadata},
             )
+            if r.HasField("keySharedMeta"):
+                consumer.key_shared_meta = r.keySharedMeta
             if self.closed:
                 return
             sub.add_consumer(consumer)

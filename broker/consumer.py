@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
-from magnetar.broker.protocol.frames import entry_num_messages
+from magnetar.broker.protocol.frames import EntryMeta, entry_num_messages
 from magnetar.broker.stats import Meter
 from magnetar.managed_ledger.api import Entry, Position
 
@@ -39,6 +39,8 @@ class Consumer:
         self.sub_type = sub_type
         self.priority = priority
         self.metadata = metadata
+        #: Key_Shared settings the consumer subscribed with (mode, sticky ranges, out-of-order flag).
+        self.key_shared_meta: pb.KeySharedMeta | None = None
         self.permits = 0
         #: Entries sent and not yet acknowledged: position -> number of messages in the entry.
         self.pending_acks: dict[Position, int] = {}
@@ -62,15 +64,20 @@ class Consumer:
     def flow(self, permits: int) -> None:
         self.permits += permits
 
-    def send(self, entries: list[Entry], redelivery_counts: dict[Position, int]) -> None:
-        """Write MESSAGE frames for ``entries`` (entry bytes untouched) and track them for acks."""
+    def send(
+        self, entries: list[Entry], redelivery_counts: dict[Position, int], metas: list[EntryMeta] | None = None
+    ) -> None:
+        """Write MESSAGE frames for ``entries`` (entry bytes untouched) and track them for acks.
+
+        ``metas`` are the entries' decoded metadata when the dispatcher already has them.
+        """
         write = self.connection.write
         consumer_id = self.consumer_id
         pending = self.pending_acks
         sent_messages = 0
         sent_bytes = 0
-        for position, data in entries:
-            count = entry_num_messages(data)
+        for i, (position, data) in enumerate(entries):
+            count = metas[i].num_messages if metas is not None else entry_num_messages(data)
             header = commands.message_header(
                 consumer_id, position.ledger_id, position.entry_id, len(data), redelivery_counts.get(position, 0)
             )

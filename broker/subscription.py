@@ -54,6 +54,10 @@ class Subscription:
             return SingleActiveConsumerDispatcher(self, batch, self.topic.name.partition_index)
         if sub_type == SubType.Shared:
             return SharedDispatcher(self, batch)
+        if sub_type == SubType.Key_Shared:
+            from magnetar.broker.key_shared import KeySharedDispatcher
+
+            return KeySharedDispatcher(self, batch)
         raise NotAllowedError(f"Subscription type {SUB_TYPE_NAMES.get(sub_type, sub_type)} is not supported yet")
 
     def add_consumer(self, consumer: Consumer) -> None:
@@ -75,8 +79,8 @@ class Subscription:
         if self.dispatcher is None or self.sub_type != consumer.sub_type:
             self.sub_type = consumer.sub_type
             self.dispatcher = self._make_dispatcher(consumer.sub_type)
+        self.dispatcher.add_consumer(consumer)  # may refuse (e.g. a Key_Shared range conflict)
         self.consumers.append(consumer)
-        self.dispatcher.add_consumer(consumer)
 
     async def remove_consumer(self, consumer: Consumer) -> None:
         if consumer not in self.consumers:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -156,9 +157,58 @@ def build_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
     return _HEADER.pack(MAGIC_CRC32C, crc32c(body)) + body
 
 
+class EntryMeta(NamedTuple):
+    """What dispatch needs from an entry's MessageMetadata, decoded once per entry."""
+
+    num_messages: int
+    #: Key_Shared routing key: ordering key, else partition key, else ``NONE_KEY`` (as Pulsar does).
+    sticky_key: bytes
+    publish_time: int
+    #: ``deliver_at_time`` in ms since the epoch, 0 when not delayed.
+    deliver_at: int
+    #: Chunked messages: the message uuid, this chunk's id and the chunk count (``None``/0/0 otherwise).
+    chunk_uuid: str | None
+    chunk_id: int
+    num_chunks: int
+    is_batch: bool
+
+
+NONE_KEY = b"NONE_KEY"
+
+
+def entry_meta(entry: bytes) -> EntryMeta:
+    """Decode the per-entry facts the dispatchers use (one protobuf parse per entry, never per message)."""
+    (size,) = _U32.unpack_from(entry, 6)
+    m = pb.MessageMetadata()
+    m.ParseFromString(memoryview(entry)[10 : 10 + size])
+    if m.HasField("ordering_key"):
+        key = m.ordering_key
+    elif m.HasField("partition_key"):
+        key = _b64decode(m.partition_key) if m.partition_key_b64_encoded else m.partition_key.encode()
+    else:
+        key = NONE_KEY
+    chunked = m.HasField("uuid") and m.num_chunks_from_msg > 1
+    return EntryMeta(
+        m.num_messages_in_batch if m.HasField("num_messages_in_batch") else 1,
+        key,
+        m.publish_time,
+        m.deliver_at_time if m.HasField("deliver_at_time") else 0,
+        m.uuid if chunked else None,
+        m.chunk_id if chunked else 0,
+        m.num_chunks_from_msg if chunked else 0,
+        m.HasField("num_messages_in_batch"),
+    )
+
+
 def entry_num_messages(entry: bytes) -> int:
     """Messages in a stored entry (``num_messages_in_batch``, 1 for a plain message)."""
-    (size,) = _U32.unpack_from(entry, 6)
-    metadata = pb.MessageMetadata()
-    metadata.ParseFromString(memoryview(entry)[10 : 10 + size])
-    return metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+    return entry_meta(entry).num_messages
+
+
+def _b64decode(text: str) -> bytes:
+    import base64
+
+    try:
+        return base64.b64decode(text)
+    except ValueError:
+        return text.encode()
