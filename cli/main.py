@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from magnetar.cli import admin, standalone
+from magnetar.operator import cli as operator_cli
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     standalone.add_parser(sub)
     admin.add_parser(sub)
+    operator_cli.add_parser(sub)
     args = parser.parse_args(argv)
     return int(args.run(args) or 0)
 

@@ -1,0 +1,51 @@
+"""Operator settings, from environment variables (``MAGNETAR_OPERATOR_*``) and ``magnetar operator`` flags."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+GROUP = "magnetar.io"
+VERSION = "v1alpha1"
+PAUSE_ANNOTATION = f"{GROUP}/paused"
+FORCE_DELETE_ANNOTATION = f"{GROUP}/force-delete"
+FINALIZER = f"{GROUP}/finalizer"
+
+#: Default admin URL of a MagnetarCluster: its broker Service on the admin port.
+DEFAULT_CLUSTER_URL_TEMPLATE = "http://{name}-broker.{namespace}.svc:8080"
+
+
+def _float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Tunables. Short intervals are for tests; the defaults suit a real cluster."""
+
+    #: seconds between drift checks of each resource
+    drift_interval: float = 60.0
+    #: first retry delay and longest delay of the exponential backoff on transient errors
+    backoff_base: float = 1.0
+    backoff_cap: float = 60.0
+    #: how a clusterRef becomes an admin URL (``{name}``, ``{namespace}``); until the MagnetarCluster
+    #: kind exists this convention is the whole resolution
+    cluster_url_template: str = DEFAULT_CLUSTER_URL_TEMPLATE
+
+    @classmethod
+    def from_env(cls) -> OperatorConfig:
+        return cls(
+            drift_interval=_float("MAGNETAR_OPERATOR_DRIFT_INTERVAL", cls.drift_interval),
+            backoff_base=_float("MAGNETAR_OPERATOR_BACKOFF_BASE", cls.backoff_base),
+            backoff_cap=_float("MAGNETAR_OPERATOR_BACKOFF_CAP", cls.backoff_cap),
+            cluster_url_template=os.environ.get("MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE")
+            or DEFAULT_CLUSTER_URL_TEMPLATE,
+        )
+
+    def cluster_url(self, namespace: str, name: str) -> str:
+        return self.cluster_url_template.format(name=name, namespace=namespace).rstrip("/")
+
+
+def is_true(value: object) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes", "on")

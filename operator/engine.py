@@ -1,0 +1,428 @@
+"""Reconciliation against the admin API: observe, plan (:mod:`~magnetar.operator.reconcile`,
+:mod:`~magnetar.operator.policies`), act, and return an :class:`~magnetar.operator.reconcile.Outcome`.
+
+Independent of kopf: everything from the Kubernetes side (other resources, Secrets, Events) comes
+through the :class:`Environment` protocol, so the engine runs in tests against a real broker with a
+fake environment. Never raises for Pulsar-side problems: they become outcomes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from magnetar.operator import reconcile as rc
+from magnetar.operator.admin import AdminClient, AdminError, Unreachable
+from magnetar.operator.config import FORCE_DELETE_ANNOTATION, PAUSE_ANNOTATION, OperatorConfig, is_true
+from magnetar.operator.policies import FIELDS, describe, desired_policies, namespace_observed, plan_writes, topic_keys
+from magnetar.operator.reconcile import Claim, Outcome
+from magnetar.operator.specs import (
+    RetentionFields,
+    RetentionPolicySpec,
+    TargetSpec,
+    TenantSpec,
+    TopicNamespaceSpec,
+    TopicSpec,
+    parse_spec,
+    pulsar_name,
+)
+
+log = logging.getLogger("magnetar.operator")
+
+KINDS = ("Tenant", "TopicNamespace", "Topic")
+
+
+@dataclass
+class Resource:
+    """The parts of a custom resource the engine looks at."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    generation: int = 1
+    created: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    deleting: bool = False
+
+    @classmethod
+    def from_body(cls, kind: str, body: Any) -> Resource:
+        meta = body.get("metadata", {}) or {}
+        return cls(
+            kind=kind,
+            namespace=meta.get("namespace") or "",
+            name=meta.get("name") or "",
+            uid=meta.get("uid") or "",
+            generation=int(meta.get("generation") or 1),
+            created=meta.get("creationTimestamp") or "",
+            spec=dict(body.get("spec") or {}),
+            status=dict(body.get("status") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+    @property
+    def paused(self) -> bool:
+        return is_true(self.annotations.get(PAUSE_ANNOTATION, ""))
+
+
+class CredentialsMissing(Exception):
+    """The credentials Secret (or its key) of a connection does not exist."""
+
+
+class Environment(Protocol):
+    """What the engine needs from Kubernetes (implemented over kopf, or faked in tests)."""
+
+    config: OperatorConfig
+
+    def claims(self, key: tuple[str, ...]) -> list[Claim]:
+        """Resources indexed under ``key`` (see :func:`claim_keys`)."""
+
+    def retention_policy(self, namespace: str, name: str) -> RetentionPolicySpec | None: ...
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None: ...
+
+    def event(self, resource: Resource, type_: str, reason: str, message: str) -> None: ...
+
+    def admin(self, url: str, token: str | None) -> AdminClient: ...
+
+    def lock(self, uid: str) -> asyncio.Lock: ...
+
+
+# ---------------------------------------------------------------------------------------------- targets
+def target_url(config: OperatorConfig, namespace: str, spec: TargetSpec) -> str:
+    """The admin URL a resource applies to (clusterRef through the URL convention, or connection.adminUrl)."""
+    if spec.clusterRef is not None:
+        return config.cluster_url(namespace, spec.clusterRef.name)
+    if spec.connection is not None:
+        return spec.connection.adminUrl.rstrip("/")
+    return ""
+
+
+def claim_keys(kind: str, url: str, spec: TargetSpec, pulsar: str) -> dict[str, tuple[str, ...]]:
+    """Index keys of a resource: ``own`` (the Pulsar object it claims), ``parent`` (its tenant or namespace,
+    for deletion order) and ``ref`` (the RetentionPolicy it references, filled by the caller)."""
+    keys: dict[str, tuple[str, ...]] = {"own": (kind, url, pulsar)}
+    if isinstance(spec, TopicNamespaceSpec):
+        keys["parent"] = ("Tenant-children", url, spec.tenant)
+    elif isinstance(spec, TopicSpec):
+        keys["parent"] = ("TopicNamespace-children", url, spec.namespace)
+    return keys
+
+
+def make_claim(kind: str, body: Any, config: OperatorConfig) -> tuple[Claim, dict[str, tuple[str, ...]]] | None:
+    """The claim and index keys of a custom resource body (None if its spec cannot be read)."""
+    res = Resource.from_body(kind, body)
+    try:
+        spec = parse_spec(kind, res.spec)
+    except ValueError:
+        return None
+    url = target_url(config, res.namespace, spec)
+    pulsar = pulsar_name(kind, spec, res.name)
+    claim = Claim(kind, res.namespace, res.name, res.uid, res.created, pulsar, url, body)
+    keys = claim_keys(kind, url, spec, pulsar)
+    ref = getattr(spec, "retentionPolicyRef", None)
+    if ref is not None:
+        keys["ref"] = ("RetentionPolicy-users", res.namespace, ref.name)
+    return claim, keys
+
+
+# ---------------------------------------------------------------------------------------------- engine
+class Engine:
+    """Reconciles Tenants, TopicNamespaces and Topics through an :class:`Environment`."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+
+    @asynccontextmanager
+    async def _client(self, res: Resource, spec: TargetSpec, url: str) -> AsyncIterator[AdminClient]:
+        token = None
+        conn = spec.connection
+        if conn is not None and conn.credentialsSecretRef is not None:
+            ref = conn.credentialsSecretRef
+            token = await self.env.secret_value(res.namespace, ref.name, ref.key)
+            if token is None:
+                raise CredentialsMissing(f"Secret {res.namespace}/{ref.name} (key {ref.key!r}) not found")
+        yield self.env.admin(url, token)
+
+    # ------------------------------------------------------------------------------------------ apply
+    async def reconcile(self, res: Resource, trigger: str = "change") -> Outcome:
+        """Bring the Pulsar object in line with the resource. ``trigger`` is ``change`` (spec or annotation
+        changed, or operator start), ``timer`` (drift check) or ``policy`` (a RetentionPolicy changed)."""
+        async with self.env.lock(res.uid or res.ref):
+            outcome = await self._reconcile(res)
+        self._log(res, outcome, trigger)
+        return outcome
+
+    async def _reconcile(self, res: Resource) -> Outcome:
+        try:
+            spec = parse_spec(res.kind, res.spec)
+        except ValueError as exc:
+            return rc.stalled("InvalidSpec", f"spec cannot be read: {exc}")
+        url = target_url(self.env.config, res.namespace, spec)
+        pulsar = pulsar_name(res.kind, spec, res.name)
+        base = {"pulsarName": pulsar, "adminUrl": url}
+        if res.paused:
+            return Outcome("paused", rc.PAUSED, f"paused by annotation {PAUSE_ANNOTATION}", base)
+        if not url:
+            return rc.stalled("InvalidSpec", "neither clusterRef nor connection is set", **base)
+        owner = rc.conflict(self.env.claims((res.kind, url, pulsar)), res.uid)
+        if owner is not None:
+            return rc.stalled(rc.RESOURCE_CONFLICT, f"{pulsar} is already managed by {owner.ref}", **base)
+        try:
+            async with self._client(res, spec, url) as client:
+                if isinstance(spec, TenantSpec):
+                    outcome = await self._tenant(client, spec, pulsar)
+                elif isinstance(spec, TopicNamespaceSpec):
+                    outcome = await self._namespace(client, res, spec, pulsar)
+                else:
+                    assert isinstance(spec, TopicSpec)
+                    outcome = await self._topic(client, res, spec, pulsar)
+        except CredentialsMissing as exc:
+            outcome = rc.waiting(rc.CREDENTIALS_MISSING, str(exc))
+        except Unreachable as exc:
+            outcome = rc.waiting(rc.CLUSTER_UNREACHABLE, f"admin API not reachable: {exc}")
+        except AdminError as exc:
+            if exc.transient:
+                outcome = rc.waiting(rc.ADMIN_API_ERROR, str(exc))
+            else:
+                outcome = rc.stalled(rc.ADMIN_API_REJECTED, str(exc))
+        outcome.status = {**base, **outcome.status}
+        return outcome
+
+    def _shared(self, res: Resource, spec: TopicNamespaceSpec | TopicSpec) -> RetentionFields | Outcome | None:
+        if spec.retentionPolicyRef is None:
+            return None
+        found = self.env.retention_policy(res.namespace, spec.retentionPolicyRef.name)
+        if found is None:
+            return rc.waiting(
+                rc.RETENTION_POLICY_MISSING,
+                f"RetentionPolicy {res.namespace}/{spec.retentionPolicyRef.name} does not exist (yet)",
+            )
+        return found
+
+    async def _tenant(self, client: AdminClient, spec: TenantSpec, tenant: str) -> Outcome:
+        changes: list[str] = []
+        observed = await client.get_tenant(tenant)
+        if observed is None:
+            clusters = spec.allowedClusters or await client.clusters()
+            info = {"adminRoles": sorted(set(spec.adminRoles or [])), "allowedClusters": sorted(set(clusters))}
+            try:
+                await client.create_tenant(tenant, info)
+                changes.append(f"created tenant {tenant}")
+            except AdminError as exc:
+                if exc.status != 409:  # 409: created meanwhile, compared on the next pass
+                    raise
+                return rc.waiting(rc.ADMIN_API_ERROR, f"tenant {tenant} was created concurrently")
+        else:
+            update = rc.tenant_update(spec.adminRoles, spec.allowedClusters, observed)
+            if update is not None:
+                await client.update_tenant(tenant, update)
+                changes.append(
+                    f"tenant {tenant}: adminRoles {sorted(observed.get('adminRoles') or [])} -> {update['adminRoles']}"
+                    f", allowedClusters {sorted(observed.get('allowedClusters') or [])} -> {update['allowedClusters']}"
+                )
+        applied: dict[str, Any] = {}
+        if spec.adminRoles is not None:
+            applied["adminRoles"] = sorted(set(spec.adminRoles))
+        if spec.allowedClusters is not None:
+            applied["allowedClusters"] = sorted(set(spec.allowedClusters))
+        outcome = rc.ok(applied=applied)
+        outcome.changes = changes
+        return outcome
+
+    async def _namespace(self, client: AdminClient, res: Resource, spec: TopicNamespaceSpec, ns: str) -> Outcome:
+        shared = self._shared(res, spec)
+        if isinstance(shared, Outcome):
+            return shared
+        desired = desired_policies(spec.policies, shared)
+        changes: list[str] = []
+        doc = await client.get_namespace(ns)
+        if doc is None:
+            body = {"bundles": {"numBundles": spec.policies.bundles}} if spec.policies.bundles else None
+            try:
+                await client.create_namespace(ns, body)
+                changes.append(f"created namespace {ns}")
+            except AdminError as exc:
+                if exc.status == 404:
+                    return rc.waiting(rc.TENANT_MISSING, f"tenant {spec.tenant} does not exist (yet)")
+                if exc.status != 409:
+                    raise
+            doc = await client.get_namespace(ns) or {}
+        observed = namespace_observed(doc, list(desired))
+        for write in plan_writes(desired, observed):
+            method, segment, query = FIELDS[write.key].ns_write
+            await client.namespace_policy(ns, method, segment, write.value, query)
+            changes.append(f"{ns} {write.key}: {describe(write.previous)} -> {describe(write.value)}")
+        outcome = rc.ok(applied=desired)
+        outcome.changes = changes
+        return outcome
+
+    async def _topic(self, client: AdminClient, res: Resource, spec: TopicSpec, topic: str) -> Outcome:
+        shared = self._shared(res, spec)
+        if isinstance(shared, Outcome):
+            return shared
+        if await client.get_namespace(spec.namespace) is None:
+            return rc.waiting(rc.NAMESPACE_MISSING, f"namespace {spec.namespace} does not exist (yet)")
+        changes: list[str] = []
+        problems: list[str] = []
+        partitions = await client.topic_partitions(topic)
+        exists = partitions > 0 or topic in await client.list_topics(spec.namespace, spec.persistent)
+        action = rc.topic_action(spec.partitions, exists, partitions)
+        if action == "create":
+            await client.create_topic(topic, spec.partitions)
+            partitions = spec.partitions
+            changes.append(f"created topic {topic}" + (f" with {partitions} partitions" if partitions else ""))
+        elif action == "grow":
+            await client.grow_partitions(topic, spec.partitions)
+            changes.append(f"{topic}: partitions {partitions} -> {spec.partitions}")
+            partitions = spec.partitions
+        elif action == "decrease":
+            problems.append(f"partitions cannot decrease ({partitions} in Pulsar, {spec.partitions} in spec)")
+        elif action == "kind-mismatch":
+            kinds = ("non-partitioned", "partitioned")
+            problems.append(
+                f"{topic} is {kinds[partitions > 0]} in Pulsar but {kinds[spec.partitions > 0]} in spec; "
+                "a topic cannot change between the two"
+            )
+        desired = desired_policies(spec.policies, shared) if spec.persistent else {}
+        desired = {k: v for k, v in desired.items() if k in topic_keys(desired)}
+        observed: dict[str, Any] = {}
+        reads: dict[str, Any] = {}
+        for key in desired:
+            segment, extract = FIELDS[key].topic_read  # type: ignore[misc]
+            if segment not in reads:
+                reads[segment] = await client.topic_policy(topic, "GET", segment)
+            observed[key] = extract(reads[segment])
+        for write in plan_writes(desired, observed):
+            method, segment, query = FIELDS[write.key].topic_write  # type: ignore[misc]
+            in_query = FIELDS[write.key].topic_value_in_query
+            if in_query:
+                await client.topic_policy(topic, method, segment, None, {**(query or {}), in_query: str(write.value)})
+            else:
+                await client.topic_policy(topic, method, segment, write.value, query)
+            changes.append(f"{topic} {write.key}: {describe(write.previous)} -> {describe(write.value)}")
+        status = {"partitions": partitions, "applied": desired}
+        outcome = rc.stalled(rc.NOT_SUPPORTED, "; ".join(problems), **status) if problems else rc.ok(**status)
+        outcome.changes = changes
+        return outcome
+
+    # ------------------------------------------------------------------------------------------ delete
+    async def finalize(self, res: Resource) -> Outcome:
+        """Handle deletion: ``ok`` = the finalizer may go, ``transient`` = try again later."""
+        async with self.env.lock(res.uid or res.ref):
+            outcome = await self._finalize(res)
+        self._log(res, outcome, "delete")
+        return outcome
+
+    async def _finalize(self, res: Resource) -> Outcome:
+        try:
+            spec = parse_spec(res.kind, res.spec)
+        except ValueError:
+            return rc.ok("spec unreadable: nothing deleted")
+        url = target_url(self.env.config, res.namespace, spec)
+        pulsar = pulsar_name(res.kind, spec, res.name)
+        if spec.deletionPolicy == "Retain":
+            return rc.ok(f"deletionPolicy Retain: {pulsar} left in place")
+        if res.paused:
+            return rc.ok(f"paused: {pulsar} left in place")
+        if not url or rc.conflict(self.env.claims((res.kind, url, pulsar)), res.uid) is not None:
+            return rc.ok(f"{pulsar} is not managed by this resource: left in place")
+        children_key = {"Tenant": "Tenant-children", "TopicNamespace": "TopicNamespace-children"}.get(res.kind)
+        if children_key:
+            children = sorted(c.ref for c in self.env.claims((children_key, url, pulsar)))
+            if children:
+                shown = ", ".join(children[:5]) + (f" and {len(children) - 5} more" if len(children) > 5 else "")
+                return rc.waiting(rc.DEPENDENTS_EXIST, f"waiting for {shown} to be deleted first")
+        force = is_true(res.annotations.get(FORCE_DELETE_ANNOTATION, ""))
+        try:
+            async with self._client(res, spec, url) as client:
+                if res.kind == "Tenant":
+                    await client.delete_tenant(pulsar, force=force)
+                elif res.kind == "TopicNamespace":
+                    await client.delete_namespace(pulsar, force=force)
+                else:
+                    partitioned = await client.topic_partitions(pulsar) > 0
+                    await client.delete_topic(pulsar, partitioned)
+        except AdminError as exc:
+            if exc.status == 404:
+                return rc.ok(f"{pulsar} already gone")
+            if exc.status in (409, 412):
+                # Not empty (topics or namespaces nobody here manages, or retained ones): wait for someone
+                # to clean up, or for the force-delete annotation.
+                return rc.waiting(
+                    rc.DEPENDENTS_EXIST,
+                    f"{pulsar} is not empty ({exc.reason}); delete its contents or annotate "
+                    f"{FORCE_DELETE_ANNOTATION}=true",
+                )
+            return rc.waiting(rc.ADMIN_API_ERROR, str(exc))
+        except Unreachable as exc:
+            if "applied" not in res.status:
+                # Never reached Pulsar: there is nothing of ours to delete.
+                return rc.ok(f"{pulsar} was never created: nothing to delete")
+            return rc.waiting(
+                rc.CLUSTER_UNREACHABLE,
+                f"admin API not reachable: {exc}; set deletionPolicy: Retain to release the resource",
+            )
+        except CredentialsMissing as exc:
+            return rc.waiting(rc.CREDENTIALS_MISSING, str(exc))
+        return rc.ok(f"deleted {pulsar}")
+
+    # ------------------------------------------------------------------------------------------ retention
+    async def propagate(self, namespace: str, name: str, policy: RetentionPolicySpec | None) -> Outcome:
+        """Apply a (changed) RetentionPolicy to every resource referencing it now."""
+        users = self.env.claims(("RetentionPolicy-users", namespace, name))
+        applied = 0
+        failures: list[str] = []
+        for claim in sorted(users, key=lambda c: (c.kind, c.namespace, c.name)):
+            res = Resource.from_body(claim.kind, claim.body)
+            if res.deleting:
+                continue
+            outcome = await self.reconcile(res, trigger="policy")
+            if outcome.ready or outcome.severity == "paused":
+                applied += outcome.ready
+            else:
+                failures.append(f"{claim.ref}: {outcome.reason}")
+        status = {"referencedBy": len(users), "appliedTo": applied}
+        if failures:
+            return rc.waiting("PropagationIncomplete", "; ".join(failures[:10]), **status)
+        return rc.ok(f"applied to {applied} of {len(users)} referencing resources", **status)
+
+    # ------------------------------------------------------------------------------------------ logging
+    def _log(self, res: Resource, outcome: Outcome, trigger: str) -> None:
+        for change in outcome.changes:
+            log.info("%s (%s): %s", res.ref, trigger, change)
+        if outcome.severity in ("transient", "permanent"):
+            log.info("%s (%s): %s: %s", res.ref, trigger, outcome.reason, outcome.message)
+
+
+def events_for(old_status: dict[str, Any] | None, outcome: Outcome, trigger: str) -> list[tuple[str, str, str]]:
+    """The Kubernetes Events (type, reason, message) worth posting for an outcome: changes made (drift
+    corrections are called so), policies no longer managed, and problems when the reason is new (a
+    retried problem is not re-posted on every attempt)."""
+    events: list[tuple[str, str, str]] = []
+    old_ready = next((c for c in (old_status or {}).get("conditions") or [] if c.get("type") == rc.READY), {})
+    if outcome.changes:
+        # A timer pass that changes a resource that was in sync found drift; before that it is just applying.
+        drift = trigger == "timer" and old_ready.get("status") == "True"
+        reason = "DriftCorrected" if drift else "RetentionPolicyApplied" if trigger == "policy" else "Applied"
+        events.append(("Warning" if drift else "Normal", reason, "; ".join(outcome.changes)[:1000]))
+    old_applied = (old_status or {}).get("applied")
+    if isinstance(old_applied, dict) and "applied" in outcome.status:
+        gone = rc.applied_changes(old_applied, outcome.status["applied"])
+        if gone:
+            events.append(("Normal", "Unmanaged", f"no longer in spec, left as they are: {', '.join(gone)}"))
+    new_problem = old_ready.get("reason") != outcome.reason or old_ready.get("message") != outcome.message
+    if outcome.severity in ("transient", "permanent") and new_problem:
+        events.append(("Warning", outcome.reason, outcome.message[:1000]))
+    return events

@@ -1,0 +1,91 @@
+"""The few Kubernetes API calls the operator makes itself (kopf does watching, patching and Events):
+reading credentials Secrets and creating the peering object. Uses the credentials kopf logged in with.
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from typing import Any
+
+import aiohttp
+import kopf
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+class KubeClient:
+    """A minimal aiohttp client over kopf's :class:`kopf.ConnectionInfo`."""
+
+    def __init__(self) -> None:
+        self._info: kopf.ConnectionInfo | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    def set_credentials(self, info: kopf.ConnectionInfo) -> None:
+        self._info = info
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _ssl(self, info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
+        if info.insecure:
+            return False
+        if not info.server.startswith("https"):
+            return True
+        cadata = info.ca_data
+        if isinstance(cadata, str) and "BEGIN" not in cadata:
+            cadata = base64.b64decode(cadata).decode()  # kubeconfig's certificate-authority-data is base64
+        elif isinstance(cadata, bytes):
+            cadata = cadata.decode()
+        context = ssl.create_default_context(cafile=str(info.ca_path) if info.ca_path else None, cadata=cadata or None)
+        if info.certificate_path and info.private_key_path:
+            context.load_cert_chain(str(info.certificate_path), str(info.private_key_path))
+        return context
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        info = self._info
+        if info is None:
+            raise KubeError(0, "not logged in to Kubernetes yet")
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
+        headers = {"Accept": "application/json"}
+        if info.token:
+            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
+        auth = aiohttp.BasicAuth(info.username, info.password or "") if info.username else None
+        async with self._session.request(
+            method, info.server.rstrip("/") + path, json=body, headers=headers, auth=auth, ssl=self._ssl(info)
+        ) as resp:
+            data = await resp.json(content_type=None) if resp.content_length != 0 else None
+            if resp.status >= 400:
+                message = data.get("message", "") if isinstance(data, dict) else str(data)
+                raise KubeError(resp.status, message)
+            return data
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """A Secret's value (decoded), ``None`` when the Secret or the key does not exist."""
+        try:
+            secret = await self.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        raw = (secret.get("data") or {}).get(key)
+        if raw is None:
+            plain = (secret.get("stringData") or {}).get(key)
+            return str(plain) if plain is not None else None
+        return base64.b64decode(raw).decode()
+
+    async def ensure_cluster_peering(self, name: str) -> None:
+        """Create the ClusterKopfPeering object replicas coordinate through (kopf does not create it)."""
+        body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+        try:
+            await self.request("POST", "/apis/kopf.dev/v1/clusterkopfpeerings", body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
