@@ -335,7 +335,10 @@ def status_block(extra: dict[str, Schema] | None = None) -> Schema:
             "is dropped here and left as it is in Pulsar.",
             "x-kubernetes-preserve-unknown-fields": True,
         },
-        "lastReconcileTime": _str("When the resource was last compared with Pulsar.", format="date-time"),
+        "lastReconcileTime": _str(
+            "When the operator last changed this status (a drift check that finds nothing writes nothing).",
+            format="date-time",
+        ),
     }
     props.update(extra or {})
     return _obj("Observed state, written by the operator only.", props)
@@ -409,7 +412,7 @@ def tenant_crd() -> dict[str, Any]:
             "adminRoles": {
                 "type": "array",
                 "description": "Roles allowed to administer the tenant. Left out: not managed.",
-                "items": {"type": "string", "minLength": 1, "maxLength": 253},
+                "items": {"type": "string", "description": "A role name.", "minLength": 1, "maxLength": 253},
                 "maxItems": 256,
                 "x-kubernetes-list-type": "set",
             },
@@ -417,7 +420,7 @@ def tenant_crd() -> dict[str, Any]:
                 "type": "array",
                 "description": "Pulsar clusters the tenant's namespaces may use. Left out: every cluster of the "
                 "target at creation, not managed afterwards.",
-                "items": {"type": "string", "minLength": 1, "maxLength": 253, "pattern": PULSAR_NAME},
+                "items": _str("A Pulsar cluster name.", minLength=1, maxLength=253, pattern=PULSAR_NAME),
                 "minItems": 1,
                 "maxItems": 64,
                 "x-kubernetes-list-type": "set",

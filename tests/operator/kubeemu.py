@@ -30,6 +30,7 @@ no OpenAPI documents (use ``kubectl --validate=false``), no watch bookmarks, no 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import datetime
 import json
@@ -258,7 +259,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
         ]
 
     def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        for (g, v, p, ns, n), o in self.store.items():
+        for (_, _, p, ns, n), o in self.store.items():
             if p == plural and ns == namespace and n == name:
                 return copy.deepcopy(o)
         return None
@@ -279,7 +280,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
         path = raw.path.rstrip("/")
         method = raw.method.upper()
         if path == "/api":
-            return aiohttp.web.json_response({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+            return aiohttp.web.json_response({"kind": "APIVersions", "versions": ["v1"]})
         if path == "/apis":
             return aiohttp.web.json_response(self._group_list())
         if path == "/version":
@@ -484,8 +485,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
         old = self._fetch(rtype, namespace, name)
         expected = (body.get("metadata") or {}).get("resourceVersion")
         if expected and expected != old["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} "{name}": the object '
-                                            "has been modified; please apply your changes to the latest version")  # fmt: skip
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} "{name}": modified')
         return await self._store_update(rtype, key, old, copy.deepcopy(body), sub)
 
     async def _patch(self, rtype: ResourceType, namespace: str, name: str, sub: str | None, ctype: str,
@@ -556,10 +556,8 @@ class KubeEmulator(kmock.KubernetesScaffold):
                     break
                 async with self.changed:
                     if position >= len(self.history):
-                        try:
+                        with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self.changed.wait(), min(remaining, 5.0))
-                        except TimeoutError:
-                            pass
         except (ConnectionResetError, asyncio.CancelledError):
             return resp
         await resp.write_eof()
@@ -618,8 +616,9 @@ class EmulatorThread:
             "kind": "Config",
             "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
             "users": [{"name": "tester", "user": {"token": "emulator-does-not-check"}}],
-            "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester",
-                                                          "namespace": "default"}}],  # fmt: skip
+            "contexts": [
+                {"name": "emulator", "context": {"cluster": "emulator", "user": "tester", "namespace": "default"}}
+            ],
             "current-context": "emulator",
         }
         with open(path, "w") as f:
