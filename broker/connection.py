@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from magnetar.broker.consumer import Consumer
-from magnetar.broker.errors import BrokerError, NotAllowedError
+from magnetar.broker.errors import BrokerError
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -271,11 +271,16 @@ class ServerConnection(asyncio.Protocol):
             existing = self.producers.get(r.producer_id)
             if existing is not None:
                 if str(existing.topic.name) == str(TopicName.parse(r.topic)):
-                    self.write(commands.producer_success(r.request_id, existing.name, -1))
+                    self.write(
+                        commands.producer_success(
+                            r.request_id,
+                            existing.name,
+                            existing.topic.dedup.last_sequence_id(existing.name),
+                            topic_epoch=existing.topic.topic_epoch if existing.access_mode else None,
+                        )
+                    )
                     return
                 raise BrokerError("Producer id is already used on this connection", pb.ProducerBusy)
-            if r.producer_access_mode != pb.Shared:
-                raise NotAllowedError("Only the Shared producer access mode is supported yet")
             name = TopicName.parse(r.topic)
             topic = await self.service.get_topic(name, create=True)
             schema_version = None
@@ -287,12 +292,32 @@ class ServerConnection(asyncio.Protocol):
             producer = Producer(
                 topic, self, r.producer_id, producer_name, user_named, {kv.key: kv.value for kv in r.metadata}
             )
-            topic.add_producer(producer)
-            if self.closed:
+            producer.access_mode = r.producer_access_mode
+            # Registered before a WaitForExclusive producer is granted, so it can be closed while queued.
+            self.producers[r.producer_id] = producer
+
+            def queued() -> None:
+                self.write(commands.producer_success(r.request_id, producer_name, -1, schema_version, ready=False))
+
+            try:
+                epoch = await topic.add_producer(
+                    producer,
+                    r.producer_access_mode,
+                    r.topic_epoch if r.HasField("topic_epoch") else None,
+                    queued,
+                )
+            except BaseException:
+                if self.producers.get(r.producer_id) is producer:
+                    del self.producers[r.producer_id]
+                producer.closed = True
+                raise
+            if self.closed or producer.closed:
                 topic.remove_producer(producer)
                 return
-            self.producers[r.producer_id] = producer
-            self.write(commands.producer_success(r.request_id, producer_name, -1, schema_version))
+            last_sequence_id = topic.dedup.last_sequence_id(producer_name)
+            self.write(
+                commands.producer_success(r.request_id, producer_name, last_sequence_id, schema_version, epoch)
+            )
 
         self._spawn(r.request_id, work())
 
@@ -321,7 +346,13 @@ class ServerConnection(asyncio.Protocol):
                 commands.send_error(s.producer_id, s.sequence_id, pb.NotAllowedError, "Exceed maximum message size")
             )
             return
-        producer.topic.publish(producer, s.sequence_id, s.highest_sequence_id, s.num_messages, data)
+        highest = s.highest_sequence_id
+        if not highest and s.num_messages > 1:
+            # Clients that batch without highest_sequence_id (the C++ client) number a batch's messages
+            # upwards from sequence_id; first + n - 1 never exceeds the true highest, so it is a safe
+            # bound for deduplication and for the last_sequence_id a reconnecting producer resumes after.
+            highest = s.sequence_id + s.num_messages - 1
+        producer.topic.publish(producer, s.sequence_id, highest, s.num_messages, data)
 
     def on_close_producer(self, cmd: T, frame: Frame) -> None:
         r = cmd.close_producer

@@ -45,6 +45,7 @@ class Producer:
         self.name = name
         self.user_provided_name = user_provided_name
         self.metadata = metadata
+        self.access_mode = 0  # pb.ProducerAccessMode.Shared
         self.pending: deque[PublishSlot] = deque()
         self.connected_since = time.time()
         self.meter = Meter()

@@ -99,6 +99,7 @@ class BrokerService:
             try:
                 eff = await self.policies.effective(topic.name)
                 topic.apply_policies(eff)
+                await topic.sync_deduplication()
                 await enforce_backlog_quota(topic, eff)
                 trim = getattr(topic.ledger, "trim", None)
                 if trim is not None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from magnetar.broker.dedup import Deduplication, Verdict
 from magnetar.broker.errors import BrokerError, NotAllowedError, ProducerBusyError, TopicTerminatedError
 from magnetar.broker.policies import EffectivePolicies
-from magnetar.broker.producer import Producer
+from magnetar.broker.producer import Producer, PublishSlot
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import entry_num_messages, parse_metadata
 from magnetar.broker.stats import Meter
@@ -33,6 +37,12 @@ log = logging.getLogger(__name__)
 
 #: Managed-ledger property marking a terminated topic (value: position of its last entry).
 TERMINATED_PROPERTY = "magnetar.terminated"
+#: Managed-ledger property holding the topic epoch of exclusive producers.
+TOPIC_EPOCH_PROPERTY = "magnetar.topicEpoch"
+#: Cursors of the broker's own bookkeeping (e.g. deduplication), not subscriptions.
+INTERNAL_CURSOR_PREFIX = "pulsar."
+#: The message id Pulsar returns for a deduplicated send.
+DUPLICATE_POSITION = Position(-1, -1)
 
 
 class PersistentTopic:
@@ -51,14 +61,29 @@ class PersistentTopic:
         #: The backlog-quota policy currently refusing producers (``producer_request_hold`` / ``_exception``).
         self.quota_blocked: str | None = None
         self.last_active = time.monotonic()
+        self.dedup = Deduplication(self)
+        # Producer access modes: the exclusive owner, its epoch, and producers waiting for exclusivity.
+        self.exclusive_producer: Producer | None = None
+        epoch = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
+        self.topic_epoch: int | None = int(epoch) if epoch is not None else None
+        self._exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = deque()
         self.closed = False
         self._loop = asyncio.get_running_loop()
 
     async def initialize(self) -> None:
-        """Attach a subscription to every durable cursor recovered by the managed ledger."""
+        """Attach a subscription to every durable cursor recovered by the managed ledger (internal
+        ``pulsar.*`` cursors excluded), and bring deduplication to the configured state."""
         for name, cursor in self.ledger.cursors.items():
-            if cursor.durable and name not in self.subscriptions:
+            if cursor.durable and name not in self.subscriptions and not name.startswith(INTERNAL_CURSOR_PREFIX):
                 self.subscriptions[name] = Subscription(self, name, cursor)
+        await self.sync_deduplication()
+
+    async def sync_deduplication(self) -> None:
+        want = bool(self.effective and self.effective.deduplication_enabled)
+        if want and not self.dedup.enabled:
+            await self.dedup.enable()
+        elif not want and self.dedup.enabled:
+            await self.dedup.disable()
 
     def apply_policies(self, eff: EffectivePolicies) -> None:
         """Take new effective policies into use (at load, and whenever they change)."""
@@ -99,7 +124,7 @@ class PersistentTopic:
         return bool(self.producers) or any(sub.consumers for sub in self.subscriptions.values())
 
     # producers
-    def add_producer(self, producer: Producer) -> None:
+    def _check_can_add(self, producer: Producer) -> None:
         if self.closed:
             raise BrokerError("Topic is being closed", pb.ServiceNotReady)
         if self.terminated:
@@ -107,16 +132,69 @@ class PersistentTopic:
         existing = self.producers.get(producer.name)
         if existing is not None and not existing.closed:
             raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
-        limit = (
-            self.effective.max_producers_per_topic if self.effective else self.service.config.max_producers_per_topic
-        )
+        eff = self.effective
+        limit = eff.max_producers_per_topic if eff else self.service.config.max_producers_per_topic
         if limit and len(self.producers) >= limit:
             raise ProducerBusyError("Topic reached max producers limit")
+
+    async def add_producer(
+        self,
+        producer: Producer,
+        mode: int = pb.Shared,
+        client_epoch: int | None = None,
+        on_queued: Callable[[], None] | None = None,
+    ) -> int | None:
+        """Attach a producer under its access mode; returns the topic epoch for exclusive modes.
+
+        Shared fails with ProducerBusy while an exclusive producer exists; Exclusive fails with
+        ProducerFenced when any producer exists; ExclusiveWithFencing disconnects (fences) the
+        current producers; WaitForExclusive queues (``on_queued`` is called) until the topic is free.
+        """
+        self._check_can_add(producer)
+        if mode == pb.Shared:
+            if self.exclusive_producer is not None:
+                raise ProducerBusyError("Topic has an existing exclusive producer")
+            self.producers[producer.name] = producer
+            return None
+        if mode == pb.Exclusive:
+            if self.exclusive_producer is not None or self.producers:
+                raise BrokerError("Topic has existing producers", pb.ProducerFenced)
+        elif mode == pb.ExclusiveWithFencing:
+            self.disconnect_producers()
+        elif mode == pb.WaitForExclusive:
+            if self.exclusive_producer is not None or self.producers or self._exclusive_waiters:
+                waiter = self._loop.create_future()
+                self._exclusive_waiters.append((producer, waiter))
+                if on_queued is not None:
+                    on_queued()
+                await waiter
+                self._check_can_add(producer)
+        else:
+            raise BrokerError(f"Unknown producer access mode {mode}", pb.NotAllowedError)
+        if client_epoch is not None and self.topic_epoch is not None and client_epoch < self.topic_epoch:
+            # Another exclusive producer took over meanwhile: this one stays fenced.
+            self._grant_next_waiter()
+            raise BrokerError("Topic epoch has moved on: the producer was fenced", pb.ProducerFenced)
+        if client_epoch is None or client_epoch != self.topic_epoch:
+            self.topic_epoch = (self.topic_epoch or 0) + 1
+            await self.ledger.set_properties({TOPIC_EPOCH_PROPERTY: str(self.topic_epoch)})
+        self.exclusive_producer = producer
         self.producers[producer.name] = producer
+        return self.topic_epoch
 
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+        if self.exclusive_producer is producer:
+            self.exclusive_producer = None
+            self._grant_next_waiter()
+
+    def _grant_next_waiter(self) -> None:
+        while self._exclusive_waiters and not self.producers and self.exclusive_producer is None:
+            producer, waiter = self._exclusive_waiters.popleft()
+            if not producer.closed and not waiter.done():
+                waiter.set_result(None)
+                return
 
     def publish(
         self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, data: bytes
@@ -126,26 +204,43 @@ class PersistentTopic:
         if self.terminated:
             producer.complete(slot, None, (pb.TopicTerminatedError, "Topic was already terminated"))
             return
+        dedup = self.dedup
+        if dedup.enabled:
+            verdict = dedup.check(producer.name, sequence_id, highest_sequence_id)
+            if verdict is Verdict.DUPLICATE:
+                producer.complete(slot, DUPLICATE_POSITION)
+                return
+            if verdict is Verdict.UNKNOWN:
+                producer.complete(slot, None, (pb.PersistenceError, "Duplicate message still being persisted"))
+                return
         producer.meter.add(num_messages, len(data))
         self.meter_in.add(num_messages, len(data))
         self.last_active = time.monotonic()
         self._loop.create_task(self._persist(producer, slot, data))
 
-    async def _persist(self, producer: Producer, slot, data: bytes) -> None:  # type: ignore[no-untyped-def]
+    async def _persist(self, producer: Producer, slot: PublishSlot, data: bytes) -> None:
         try:
             position = await self.ledger.add_entry(data)
         except ManagedLedgerFencedError:
+            self._publish_failed(producer)
             producer.complete(slot, None, (pb.PersistenceError, "Topic is fenced: another broker owns it"))
             self._loop.create_task(self.service.unload_topic(self))
             return
         except Exception as exc:  # storage failure: the client retries after the error
             log.warning("publish failed on %s: %s", self.name, exc)
+            self._publish_failed(producer)
             producer.complete(slot, None, (pb.PersistenceError, f"Failed to persist message: {exc}"))
             return
         self.entries_added += 1
+        if self.dedup.enabled:
+            self.dedup.on_persisted(producer.name, slot.sequence_id, slot.highest_sequence_id, position)
         producer.complete(slot, position)
         for sub in self.subscriptions.values():
             sub.wakeup()
+
+    def _publish_failed(self, producer: Producer) -> None:
+        if self.dedup.enabled:
+            self.dedup.on_failed(producer.name)
 
     # subscriptions
     async def subscribe(
@@ -254,8 +349,14 @@ class PersistentTopic:
             return
         self.closed = True
         self.disconnect_producers()
+        for _producer, waiter in self._exclusive_waiters:
+            if not waiter.done():
+                waiter.set_exception(BrokerError("Topic is being closed", pb.ServiceNotReady))
+        self._exclusive_waiters.clear()
         for sub in list(self.subscriptions.values()):
             await sub.close()
+        with contextlib.suppress(Exception):
+            await self.dedup.close()
         await self.ledger.close()
 
 

@@ -51,8 +51,8 @@ def message_header(
 
 
 def send_receipt(producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int) -> bytes:
-    """SEND_RECEIPT frame for a stored entry."""
-    mid = _message_id(ledger_id, entry_id)
+    """SEND_RECEIPT frame for a stored entry (``-1, -1`` for a deduplicated one, as Pulsar sends it)."""
+    mid = _message_id(ledger_id & _U64, entry_id & _U64)
     body = b"\x08" + _varint(producer_id) + b"\x10" + _varint(sequence_id) + b"\x1a" + _varint(len(mid)) + mid
     if highest_sequence_id:
         body += b"\x20" + _varint(highest_sequence_id)
