@@ -32,6 +32,8 @@ class BrokerConfig:
     allow_auto_topic_creation: bool = True
     allow_auto_topic_creation_type: str = "non-partitioned"
     default_num_partitions: int = 1
+    #: Upper bound of a partitioned topic's partition count (0: the built-in ceiling of 100000).
+    max_num_partitions_per_partitioned_topic: int = 0
     allow_auto_subscription_creation: bool = True
     max_producers_per_topic: int = 0
     max_consumers_per_subscription: int = 0

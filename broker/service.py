@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 Mode = pb.CommandGetTopicsOfNamespace
 _PRODUCER_NAME_COUNTER = "/counters/producer-name"
+#: Partition ceiling when maxNumPartitionsPerPartitionedTopic is 0 (Pulsar has none; a huge count would
+#: only exhaust the broker).
+MAX_PARTITIONS = 100_000
 
 
 class BrokerService:
@@ -260,6 +263,7 @@ class BrokerService:
         await self.check_namespace(name)
         if partitions <= 0:
             raise BrokerError("Number of partitions should be more than 0", http_status=406)
+        self._check_partition_limit(partitions)
         if name.partition_index >= 0:
             raise BrokerError("Partitioned topic name must not end in -partition-N", http_status=412)
         if await self.topic_exists(name):
@@ -275,21 +279,38 @@ class BrokerService:
         if value is None:
             raise TopicNotFoundError("Partitioned topic does not exist")
         current = int(json.loads(value.data)["partitions"])
+        self._check_partition_limit(partitions)
         if partitions <= current:
             # Pulsar answers 422: partitions can only grow.
             raise BrokerError(
                 "Number of new partitions must be greater than existing number of partitions", http_status=422
             )
+        # New partitions are created now only if subscriptions must be carried over; otherwise on first use.
         subscriptions = await self._subscription_names(name.partition(0))
-        for index in range(current, partitions):
+        for index in range(current, partitions) if subscriptions else ():
             topic = await self.get_topic(name.partition(index), create=True)
             for sub in subscriptions:
                 await topic.ledger.open_cursor(sub, InitialPosition.EARLIEST)
-                await topic.initialize()
+            await topic.initialize()
         try:
             await self.store.put(path, json.dumps({"partitions": partitions}).encode(), value.stat.version)
         except BadVersionError:
             raise BrokerError("Partitioned topic was updated concurrently", http_status=409) from None
+
+    def _check_partition_limit(self, partitions: int) -> None:
+        limit = self.config.max_num_partitions_per_partitioned_topic or MAX_PARTITIONS
+        if partitions > limit:
+            raise BrokerError(
+                f"Number of partitions should be less than or equal to {limit}", http_status=412
+            )
+
+    async def existing_partitions(self, name: TopicName) -> list[TopicName]:
+        """Partitions of ``name`` that exist (stored or loaded), in index order — one metadata listing,
+        not one lookup per declared partition."""
+        stored = await self.resources.list_persistent_topics(name.namespace) if name.persistent else []
+        found = {TopicName.parse(t) for t in stored} | {t.name for t in self.loaded_topics()}
+        parts = [t for t in found if t.partition_index >= 0 and t.partitioned_base == name]
+        return sorted(parts, key=lambda t: t.partition_index)
 
     async def _subscription_names(self, name: TopicName) -> list[str]:
         topic = self.loaded_topic(name)
@@ -307,8 +328,8 @@ class BrokerService:
         """
         partitions = await self.resources.get_partitions(name) if name.partition_index < 0 else 0
         if partitions:
-            for index in range(partitions):
-                await self._delete_one(name.partition(index), force, missing_ok=True)
+            for part in await self.existing_partitions(name):
+                await self._delete_one(part, force, missing_ok=True)
             with contextlib.suppress(NotFoundError):
                 await self.store.delete(self._partitioned_path(name))
         else:

@@ -9,14 +9,15 @@ import logging
 import os
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aiohttp import web
-
-from magnetar.broker.admin.app import build_app
-from magnetar.broker.config import BrokerConfig, load_config
-from magnetar.broker.resources import Resources, initialize_standalone
-from magnetar.broker.service import BrokerService
 from magnetar.cli.logs import setup_logging
+
+if TYPE_CHECKING:  # the broker is imported when the command runs, so other sub-commands stay light
+    from aiohttp import web
+
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.service import BrokerService
 
 log = logging.getLogger("magnetar.standalone")
 
@@ -31,9 +32,14 @@ class Standalone:
         self._http: web.AppRunner | None = None
 
     async def start(self) -> None:
+        from aiohttp import web
+
         from magnetar.bookie.bookie import Bookie
         from magnetar.bookie.config import BookieConfig
         from magnetar.bookie.local import LocalBookieClient
+        from magnetar.broker.admin.app import build_app
+        from magnetar.broker.resources import Resources, initialize_standalone
+        from magnetar.broker.service import BrokerService
         from magnetar.ledger.client import BookieLedgerClient
         from magnetar.ledger.registry import StaticBookieRegistry
         from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
@@ -117,6 +123,8 @@ async def serve(config: BrokerConfig) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from magnetar.broker.config import load_config
+
     setup_logging(args.log_level)
     config = load_config(
         args.config,

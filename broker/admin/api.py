@@ -214,6 +214,15 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 _PATH_PARAM = re.compile(r"\{(\w+)(?::[^}]*)?\}")
+_PATH_PARAM_WITH_REGEX = re.compile(r"\{(\w+)(?::([^}]*))?\}")
+
+
+def _path_param(name: str, regex: str) -> dict[str, Any]:
+    """A path parameter; a route regex of plain alternatives (``a|b``) becomes an enum."""
+    schema: dict[str, Any] = {"type": "string"}
+    if regex and re.fullmatch(r"[\w-]+(\|[\w-]+)*", regex):
+        schema["enum"] = regex.split("|")
+    return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
 def openapi_document() -> dict[str, Any]:
@@ -222,10 +231,7 @@ def openapi_document() -> dict[str, Any]:
     schemas: dict[str, Any] = {}
     for op in OPERATIONS:
         path = _PATH_PARAM.sub(r"{\1}", op.path)
-        params = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in _PATH_PARAM.findall(op.path)
-        ]
+        params = [_path_param(name, regex) for name, regex in _PATH_PARAM_WITH_REGEX.findall(op.path)]
         for name, typ in op.query.items():
             params.append({"name": name, "in": "query", "required": False, "schema": _schema_of(typ, schemas)})
         entry: dict[str, Any] = {

@@ -36,7 +36,7 @@ async def _targets(request: web.Request) -> list[TopicName]:
     name = topic_from(request)
     service = service_of(request)
     partitions = await service.resources.get_partitions(name) if name.partition_index < 0 else 0
-    return [name.partition(i) for i in range(partitions)] if partitions else [name]
+    return await service.existing_partitions(name) if partitions else [name]
 
 
 async def _subscription(service: BrokerService, name: TopicName, sub_name: str) -> Subscription:

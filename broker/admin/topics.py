@@ -172,7 +172,7 @@ async def unload(request: web.Request) -> web.Response:
     name = topic_from(request)
     service = service_of(request)
     partitions = await service.resources.get_partitions(name) if name.partition_index < 0 else 0
-    names = [name.partition(i) for i in range(partitions)] if partitions else [name]
+    names = await service.existing_partitions(name) if partitions else [name]
     for n in names:
         topic = service.loaded_topic(n)
         if topic is not None:
@@ -226,10 +226,8 @@ async def partitioned_stats(request: web.Request) -> web.Response:
     if partitions == 0:
         raise not_found("Partitioned Topic not found")
     per = {}
-    for i in range(partitions):
-        part = name.partition(i)
-        if await service.topic_exists(part):
-            per[str(part)] = topic_stats(await service.get_topic(part, create=False))
+    for part in await service.existing_partitions(name):
+        per[str(part)] = topic_stats(await service.get_topic(part, create=False))
     result = aggregate_partitioned(per, partitions)
     if not query_bool(request, "perPartition", True):
         result.pop("partitions")

@@ -148,3 +148,14 @@ def test_openapi_document_lists_operations(base: str) -> None:
     doc = call("GET", f"{base}/openapi.json").json
     assert doc["openapi"].startswith("3.")
     assert "/admin/v2/{domain}/{tenant}/{namespace}/{topic}/stats" in doc["paths"]
+
+
+@pytest.mark.parametrize("count", [2147483647, 949007048661, 100_001])
+def test_partition_count_ceiling(base: str, topic_name: str, count: int) -> None:
+    url = f"{base}/{_path(topic_name)}/partitions"
+    reply = call("PUT", url, count)
+    assert reply.status == 412 and "less than or equal" in reply.reason
+    assert call("PUT", url, 2).status == 204
+    grow = call("POST", url, count)
+    assert grow.status == 412
+    assert call("GET", f"{url.rsplit('/', 1)[0]}/partitioned-stats").status == 200
