@@ -14,7 +14,9 @@ def open_metadata_store(url: str, **kwargs: object) -> MetadataStore:
     """Build a metadata store from a URL.
 
     ``embedded:///abs/path/metadata.db`` opens (creating) a durable embedded store;
-    ``memory:`` an in-memory one (tests). Extra keyword arguments go to the store's constructor.
+    ``memory:`` an in-memory one (tests); ``etcd://host:port[,host:port...][?prefix=/root&timeout=5]``
+    an etcd-backed one (paths stored under ``prefix``, default ``/magnetar``; ``timeout`` bounds each
+    call, in seconds). Extra keyword arguments go to the store's constructor.
     The store opens its database on its own worker thread; ``await store.start()`` surfaces errors early.
     """
     from magnetar.metadata.embedded import EmbeddedMetadataStore
@@ -29,6 +31,15 @@ def open_metadata_store(url: str, **kwargs: object) -> MetadataStore:
         if not path.startswith("/"):
             raise ValueError(f"embedded metadata URL needs an absolute path, got {url!r}")
         return EmbeddedMetadataStore(path, **kwargs)  # type: ignore[arg-type]
+    if parsed.scheme == "etcd":
+        from magnetar.metadata.etcd import EtcdMetadataStore, parse_etcd_url
+
+        spec = parse_etcd_url(url)
+        options: dict[str, object] = {"prefix": spec.prefix}
+        if spec.timeout is not None:
+            options["op_timeout_seconds"] = spec.timeout
+        options.update(kwargs)
+        return EtcdMetadataStore(list(spec.endpoints), **options)  # type: ignore[arg-type]
     raise ValueError(f"unsupported metadata store URL {url!r}")
 
 

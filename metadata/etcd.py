@@ -1,0 +1,1006 @@
+"""etcd-backed :class:`~magnetar.metadata.api.MetadataStore` for clusters (etcd v3 API through ``aetcd``).
+
+Key layout
+    A Magnetar path ``/a/b`` is the etcd key ``<root>/a/b`` (root prefix ``/magnetar`` by
+    default, ``""`` allowed), the value is stored as given. One key per node keeps every write a
+    single-key operation (so compare-and-swap and batching stay one etcd op per Magnetar op), keeps
+    the data readable with ``etcdctl``, and makes ``delete_recursive`` one atomic txn of two range
+    deletes (the key, and ``[path/, path0)``: ``'0'`` is the byte after ``'/'``).
+    ``get_children`` is a ``keys_only`` range over ``[path/, path0)`` that keeps the first segment
+    after ``path/``; this also yields implicit parents (``/a/b/c`` alone makes ``b`` a child of
+    ``/a``, as in the embedded store) without any marker keys to maintain transactionally. To
+    stay cheap when children have big subtrees, the scan is paged and each page that ends inside a
+    child's subtree jumps to the end of that subtree (``<child>0``), so deep trees are skipped
+    instead of read; pages are pinned to the first page's revision for a consistent answer.
+    The rejected alternative, parent-indexed keys (``<depth>/<path>``), lists direct children
+    in one range but needs placeholder parents kept in sync under concurrent creates and deletes.
+
+Versions
+    etcd's per-key ``version`` is 1 on create and +1 per update (0 = absent), so the Magnetar
+    version is ``version - 1`` (0 on create, as ZooKeeper). CAS on Magnetar version ``v`` is the
+    txn compare ``version == v + 1``; :data:`NOT_EXISTS` is ``create_revision == 0``; a plain
+    delete requires ``create_revision > 0`` (else :class:`NotFoundError`). A failed compare runs the
+    txn's failure branch, a ``keys_only`` read of the key, from which the same
+    :class:`BadVersionError` / :class:`NotFoundError` as the embedded store is derived.
+    etcd keeps no timestamps: ``Stat.created_ms``/``modified_ms`` are 0 (use versions).
+
+Batching
+    Independent single-key writes (``put``/``delete``) that are issued concurrently are queued and
+    sent together as one etcd txn (group commit: a batch leaves as soon as the loop is idle, or when
+    a previous batch returns). Each op is a nested txn ``if <its compare> then <write, read> else
+    <read>``, so every op succeeds or fails on its own inside the shared txn. etcd allows a nested
+    txn ``128 - <outer ops>`` ops, so a batch holds at most 126 ops (and ~1 MiB of data, under
+    etcd's 1.5 MiB request limit). A key appears at most once among the in-flight batches, which
+    keeps writes to one key in issue order. Writes with a session (a lease that may have expired
+    and would fail the whole txn) are sent alone.
+
+Sessions
+    A session is an etcd lease (TTL at least 2 s, etcd's minimum) renewed every TTL/3 by a
+    keep-alive task; ephemeral keys are put with the lease, so they vanish when the session is
+    closed (lease revoked) or when the owner dies (lease expires). An update without a session
+    keeps the key's current lease (``ignore_lease``), as the embedded store keeps the owner.
+
+Failures
+    Every call carries a gRPC deadline of ``op_timeout_seconds``; an unreachable etcd, a deadline
+    or a leader loss raise :class:`StoreUnavailableError`. gRPC reconnects on its own (backoff
+    capped at 1 s), watches resume from their last revision (see
+    :mod:`magnetar.metadata.etcd_watch`), keep-alives retry. With several endpoints, an
+    unavailable error moves the client to the next one.
+
+The gRPC channel is bound to the event loop of the first call: use a store from one loop only.
+Only ``aetcd``'s generated stubs are used (its ``Client`` lacks per-request options such as
+``keys_only``, ``ignore_lease``, nested txns and watch ids); a second etcd gRPC library in the same
+process would clash with it in protobuf's registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import grpc
+from aetcd import rpc
+
+from magnetar.metadata.api import (
+    NOT_EXISTS,
+    BadVersionError,
+    DeleteOp,
+    Listener,
+    MetadataError,
+    MetadataStore,
+    NotFoundError,
+    PutOp,
+    Session,
+    Stat,
+    StoreUnavailableError,
+    Value,
+)
+from magnetar.metadata.etcd_watch import WatchHub, _prefix_end
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "/magnetar"
+DEFAULT_PORT = 2379
+MAX_TRANSACTION_OPS = 128
+#: A batch op is a nested txn of up to 2 ops; etcd grants nested txns ``128 - outer ops``.
+MAX_BATCH_OPS = 126
+MIN_LEASE_TTL = 2
+_LIST_PAGE = 1000
+
+_UNAVAILABLE_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.ABORTED,
+    }
+)
+
+_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    # Reconnect quickly after an etcd restart (gRPC's default backoff grows to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    # Detect dead peers under long-lived watch streams; etcd refuses pings more often than 5 s.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.enable_retries", 0),
+]
+
+
+# ---------------------------------------------------------------------- URL
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdUrl:
+    """A parsed ``etcd://host:port[,host:port][?prefix=/root&timeout=5]``."""
+
+    endpoints: tuple[tuple[str, int], ...]
+    prefix: str = DEFAULT_PREFIX
+    timeout: float | None = None
+
+
+def parse_etcd_url(url: str) -> EtcdUrl:
+    """Parse an ``etcd://`` metadata-store URL (``ValueError`` when malformed)."""
+    parts = urlsplit(url)
+    if parts.scheme != "etcd":
+        raise ValueError(f"not an etcd URL: {url!r}")
+    if parts.path not in ("", "/") or parts.fragment:
+        raise ValueError(f"etcd URL takes no path (use ?prefix=): {url!r}")
+    endpoints = tuple(_parse_endpoint(e, url) for e in parts.netloc.split(",") if e.strip())
+    if not endpoints:
+        raise ValueError(f"etcd URL needs at least one host:port: {url!r}")
+    prefix, timeout = DEFAULT_PREFIX, None
+    for name, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)):
+        if name == "prefix":
+            prefix = value
+        elif name == "timeout":
+            try:
+                timeout = float(value)
+            except ValueError:
+                raise ValueError(f"bad timeout in {url!r}") from None
+            if not timeout > 0:
+                raise ValueError(f"timeout must be positive in {url!r}")
+        else:
+            raise ValueError(f"unknown etcd URL parameter {name!r} in {url!r}")
+    return EtcdUrl(endpoints, normalize_prefix(prefix), timeout)
+
+
+def _parse_endpoint(text: str, url: str) -> tuple[str, int]:
+    text = text.strip()
+    if text.startswith("["):  # [v6]:port
+        host, sep, rest = text[1:].partition("]")
+        if not sep:
+            raise ValueError(f"bad IPv6 endpoint {text!r} in {url!r}")
+        port_text = rest[1:] if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"bad endpoint {text!r} in {url!r}")
+    else:
+        host, _, port_text = text.partition(":")
+    if "@" in host or not host:
+        raise ValueError(f"bad endpoint {text!r} in {url!r}")
+    try:
+        port = int(port_text) if port_text else DEFAULT_PORT
+    except ValueError:
+        raise ValueError(f"bad port in {text!r} of {url!r}") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"bad port in {text!r} of {url!r}")
+    return host, port
+
+
+def normalize_prefix(prefix: str) -> str:
+    """``/root`` form of a root prefix; ``""`` (or ``/``) puts Magnetar's paths at etcd's top level."""
+    if prefix in ("", "/"):
+        return ""
+    if not prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
+        raise ValueError(f"etcd root prefix must look like /name[/name...], got {prefix!r}")
+    return prefix
+
+
+def _target(host: str, port: int) -> str:
+    try:
+        if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
+            return f"[{host}]:{port}"
+    except ValueError:
+        pass
+    return f"{host}:{port}"
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _check_path(path: str, *, allow_root: bool = False) -> None:
+    # Same rules as the embedded store, so both accept exactly the same paths.
+    if path == "/":
+        if allow_root:
+            return
+        raise ValueError("the root '/' cannot be written")
+    if not path.startswith("/") or path.endswith("/") or "//" in path:
+        raise ValueError(f"invalid metadata path {path!r}")
+
+
+def _cmp_exists(key: bytes) -> Any:
+    return rpc.Compare(key=key, target=rpc.Compare.CREATE, result=rpc.Compare.GREATER, create_revision=0)
+
+
+def _cmp_absent(key: bytes) -> Any:
+    return rpc.Compare(key=key, target=rpc.Compare.CREATE, result=rpc.Compare.EQUAL, create_revision=0)
+
+
+def _cmp_version(key: bytes, magnetar_version: int) -> Any:
+    return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=rpc.Compare.EQUAL, version=magnetar_version + 1)
+
+
+def _cmp_mod(key: bytes, mod_revision: int) -> Any:
+    return rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=mod_revision)
+
+
+def _read(key: bytes) -> Any:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key, keys_only=True))
+
+
+def _put(key: bytes, data: bytes, *, lease: int = 0, keep_lease: bool = False, prev_kv: bool = False) -> Any:
+    req = rpc.PutRequest(key=key, value=data, lease=lease, ignore_lease=keep_lease, prev_kv=prev_kv)
+    return rpc.RequestOp(request_put=req)
+
+
+def _delete(key: bytes, range_end: bytes = b"") -> Any:
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, range_end=range_end))
+
+
+def _stat(path: str, kv: Any) -> Stat:
+    return Stat(path, kv.version - 1, 0, 0, kv.lease != 0)
+
+
+def _put_failure(path: str, expected: int | None, kv: Any | None) -> MetadataError:
+    # Mirrors the embedded store's messages.
+    if expected == NOT_EXISTS:
+        return BadVersionError(f"{path} already exists")
+    if kv is None:
+        return BadVersionError(f"{path} does not exist (expected version {expected})")
+    return BadVersionError(f"{path} is at version {kv.version - 1}, expected {expected}")
+
+
+def _delete_failure(path: str, expected: int | None, kv: Any | None) -> MetadataError:
+    if kv is None:
+        return NotFoundError(path)
+    return BadVersionError(f"{path} is at version {kv.version - 1}, expected {expected}")
+
+
+def _violation(op: PutOp | DeleteOp, kv: Any | None) -> MetadataError | None:
+    """The error ``op``'s condition raises against the key's state ``kv`` (``None``: absent)."""
+    ev = op.expected_version
+    if isinstance(op, PutOp):
+        if ev is None or (ev == NOT_EXISTS and kv is None) or (kv is not None and kv.version - 1 == ev):
+            return None
+        return _put_failure(op.path, ev, kv)
+    if kv is not None and (ev is None or kv.version - 1 == ev):
+        return None
+    return _delete_failure(op.path, ev, kv)
+
+
+def _first_kv(resp: Any) -> Any | None:
+    """The kv of a ``response_range`` op, or ``None``."""
+    kvs = resp.response_range.kvs
+    return kvs[0] if kvs else None
+
+
+def _map_error(e: grpc.aio.AioRpcError, what: str) -> MetadataError:
+    code, details = e.code(), e.details() or ""
+    if "too large" in details or "larger than max" in details:
+        return MetadataError(f"etcd rejected {what}: {details}")
+    if code in _UNAVAILABLE_CODES or code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return StoreUnavailableError(f"etcd unavailable for {what}: {code.name} {details}")
+    if code == grpc.StatusCode.NOT_FOUND and "lease" in details:
+        return SessionExpiredError(f"{what}: the session's lease is gone ({details})")
+    if code == grpc.StatusCode.OUT_OF_RANGE and "compacted" in details:
+        return _CompactedError(details)
+    return MetadataError(f"etcd error in {what}: {code.name} {details}")
+
+
+class SessionExpiredError(MetadataError):
+    """The session's lease no longer exists (expired or revoked)."""
+
+
+class _CompactedError(MetadataError):
+    """A read at a pinned revision that etcd has compacted away."""
+
+
+# ---------------------------------------------------------------------- sessions
+
+
+class EtcdSession(Session):
+    """An etcd lease kept alive by a task; ephemeral keys are attached to it."""
+
+    def __init__(self, store: EtcdMetadataStore, lease_id: int, ttl: int) -> None:
+        self._store = store
+        self._id = lease_id
+        self.ttl = ttl
+        self.closed = False
+        #: Set when etcd reported the lease gone (the owner could not renew it in time).
+        self.expired = False
+        self.keepalives = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    def _start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._keep_alive(), name=f"etcd-lease-{self._id:x}")
+
+    async def _keep_alive(self) -> None:
+        interval = self.ttl / 3
+        while not self.closed and not self._store._closed:
+            await asyncio.sleep(interval)
+            try:
+                ttl = await self._store._renew(self._id, deadline=min(self._store.op_timeout_seconds, self.ttl / 3))
+            except MetadataError as e:
+                log.debug("keep-alive of lease %x failed: %s", self._id, e)
+                interval = min(0.25, self.ttl / 3)  # retry soon: the lease runs down meanwhile
+                continue
+            if ttl <= 0:
+                self.expired = True
+                log.warning("etcd session %x expired: its ephemeral keys are gone", self._id)
+                return
+            self.keepalives += 1
+            interval = self.ttl / 3
+
+    async def close(self) -> None:
+        """Revoke the lease (deleting its ephemeral keys).
+
+        If etcd cannot be reached the keys still vanish once the TTL runs out, since renewals stop.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        self._store._sessions.discard(self)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.expired:
+            return
+        try:
+            req = rpc.LeaseRevokeRequest(ID=self._id)
+            await self._store._rpc("revoke session", lambda s: s.lease.LeaseRevoke, req, internal=True)
+        except SessionExpiredError:
+            pass
+        except MetadataError as e:
+            log.warning("could not revoke etcd lease %x (its keys expire in %ss): %s", self._id, self.ttl, e)
+
+
+# ---------------------------------------------------------------------- store
+
+
+@dataclass(slots=True)
+class EtcdStats:
+    """Counters for tests and metrics."""
+
+    calls: int = 0
+    batches: int = 0
+    batched_ops: int = 0
+    largest_batch: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Op:
+    """One queued single-key write: its nested txn and how to read its outcome."""
+
+    path: str
+    key: bytes
+    request: Any
+    parse: Callable[[Any], Any]
+    future: asyncio.Future[Any]
+    size: int
+    alone: bool = False
+    abandoned: bool = False
+
+
+@dataclass(slots=True)
+class _Stubs:
+    channel: Any
+    kv: Any
+    watch: Any
+    lease: Any
+    target: str
+
+
+@dataclass(slots=True)
+class _KeyState:
+    exists: bool
+    version: int = -1
+    mod_revision: int = 0
+    lease: int = 0
+
+
+class EtcdMetadataStore(MetadataStore):
+    """:class:`MetadataStore` on etcd v3.
+
+    ``endpoints``: ``"host:port"``, a list of them, or ``(host, port)`` pairs. ``prefix`` is the
+    root under which Magnetar paths are stored. ``op_timeout_seconds`` bounds every call.
+    ``max_batch_ops``/``max_batch_bytes``/``max_inflight_batches`` tune write grouping.
+    The constructor does no I/O; :meth:`start` (or any first call) connects.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str | tuple[str, int]],
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        op_timeout_seconds: float = 5.0,
+        max_batch_ops: int = MAX_BATCH_OPS,
+        max_batch_bytes: int = 1 << 20,
+        max_inflight_batches: int = 2,
+    ) -> None:
+        if isinstance(endpoints, str):
+            endpoints = [e for e in endpoints.split(",") if e.strip()]
+        self.endpoints: list[tuple[str, int]] = [
+            e if isinstance(e, tuple) else _parse_endpoint(e, str(e)) for e in endpoints
+        ]
+        if not self.endpoints:
+            raise ValueError("at least one etcd endpoint is needed")
+        if not 1 <= max_batch_ops <= MAX_BATCH_OPS:
+            raise ValueError(f"max_batch_ops must be within 1..{MAX_BATCH_OPS}")
+        self.prefix = normalize_prefix(prefix)
+        self._root = self.prefix.encode()
+        self.op_timeout_seconds = op_timeout_seconds
+        self.max_batch_ops = max_batch_ops
+        self.max_batch_bytes = max_batch_bytes
+        self.max_inflight_batches = max(1, max_inflight_batches)
+        self.stats = EtcdStats()
+        #: Newest etcd revision this client has seen (0 until connected).
+        self.revision = 0
+        self._endpoint_index = 0
+        self._conn: _Stubs | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connect_lock = asyncio.Lock()
+        self._closed = False
+        self._closing = False
+        self._pending: deque[_Op] = deque()
+        self._inflight_keys: set[bytes] = set()
+        self._inflight = 0
+        self._flush_handle: asyncio.Handle | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sessions: set[EtcdSession] = set()
+        self._watch = WatchHub(self)
+
+    # ------------------------------------------------------------------ key mapping
+
+    def _key(self, path: str) -> bytes:
+        return self._root + path.encode()
+
+    def _key_prefix(self, prefix: str) -> bytes:
+        # Magnetar paths start with '/': an empty watch prefix means the whole tree.
+        return self._root + (prefix or "/").encode()
+
+    def _path_of(self, key: bytes) -> str:
+        return key[len(self._root) :].decode()
+
+    # ------------------------------------------------------------------ connection
+
+    async def start(self) -> None:
+        """Connect and read the current revision; :class:`StoreUnavailableError` if etcd is unreachable."""
+        await self._ensure_connected()
+
+    def _stubs(self) -> _Stubs:
+        if self._conn is None:
+            host, port = self.endpoints[self._endpoint_index]
+            target = _target(host, port)
+            channel = rpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            self._conn = _Stubs(channel, rpc.KVStub(channel), rpc.WatchStub(channel), rpc.LeaseStub(channel), target)
+        return self._conn
+
+    def _observe(self, revision: int) -> None:
+        if revision > self.revision:
+            self.revision = revision
+
+    async def _ensure_connected(self) -> _Stubs:
+        if self._closed:
+            raise StoreUnavailableError("metadata store is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise RuntimeError("EtcdMetadataStore is bound to the event loop that first used it")
+        if self.revision == 0:
+            async with self._connect_lock:
+                if self.revision == 0:
+                    await self._probe()
+        self._watch.kick()
+        return self._stubs()
+
+    async def _probe(self) -> None:
+        """Read the current revision, trying each endpoint once."""
+        # The first revision anchors watches registered before connecting: every change made
+        # after this point is newer.
+        req = rpc.RangeRequest(key=self._root + b"/", count_only=True)
+        for attempt in range(len(self.endpoints)):
+            try:
+                resp = await self._stubs().kv.Range(req, timeout=self.op_timeout_seconds)
+            except grpc.aio.AioRpcError as e:
+                self._rotate(e)
+                if attempt + 1 < len(self.endpoints) and e.code() in _UNAVAILABLE_CODES:
+                    continue
+                raise _map_error(e, "connect") from None
+            self.stats.calls += 1
+            self._observe(resp.header.revision)
+            self._watch.on_revision_known(resp.header.revision)
+            return
+
+    def _rotate(self, e: grpc.aio.AioRpcError) -> None:
+        """After an unavailable error, use the next endpoint (if there are several)."""
+        if len(self.endpoints) < 2 or e.code() not in _UNAVAILABLE_CODES or self._conn is None:
+            return
+        old = self._conn
+        self._conn = None
+        self._endpoint_index = (self._endpoint_index + 1) % len(self.endpoints)
+        log.info("etcd %s unavailable, switching to %s", old.target, self.endpoints[self._endpoint_index])
+        self._spawn(old.channel.close(grace=1.0))
+        self._watch.restart_stream()
+
+    async def _rpc(self, what: str, method: Callable[[_Stubs], Any], request: Any, *, internal: bool = False) -> Any:
+        """One unary call with a deadline; gRPC errors become :class:`MetadataError`."""
+        if self._closing and not internal:
+            raise StoreUnavailableError("metadata store is closed")
+        stubs = await self._ensure_connected()
+        try:
+            async with asyncio.timeout(self.op_timeout_seconds + 1.0):  # belt and braces over the deadline
+                resp = await method(stubs)(request, timeout=self.op_timeout_seconds)
+        except grpc.aio.AioRpcError as e:
+            self._rotate(e)
+            raise _map_error(e, what) from None
+        except TimeoutError:
+            raise StoreUnavailableError(f"etcd did not answer {what} within {self.op_timeout_seconds}s") from None
+        self.stats.calls += 1
+        header = getattr(resp, "header", None)
+        if header is not None:
+            self._observe(header.revision)
+        return resp
+
+    async def _renew(self, lease_id: int, *, deadline: float) -> int:
+        """One lease keep-alive round trip (``deadline`` seconds); returns the remaining TTL (0 = gone)."""
+        stubs = await self._ensure_connected()
+        call = stubs.lease.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=deadline)
+        try:
+            async with asyncio.timeout(deadline + 1.0):
+                async for resp in call:
+                    self.stats.calls += 1
+                    return int(resp.TTL)
+        except grpc.aio.AioRpcError as e:
+            self._rotate(e)
+            raise _map_error(e, "lease keep-alive") from None
+        except TimeoutError:
+            raise StoreUnavailableError("lease keep-alive timed out") from None
+        finally:
+            call.cancel()
+        raise StoreUnavailableError("lease keep-alive stream ended without an answer")
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ reads
+
+    async def get(self, path: str) -> Value | None:
+        _check_path(path)
+        resp = await self._rpc("get", lambda s: s.kv.Range, rpc.RangeRequest(key=self._key(path)))
+        if not resp.kvs:
+            return None
+        kv = resp.kvs[0]
+        return Value(kv.value, _stat(path, kv))
+
+    async def get_children(self, path: str) -> list[str]:
+        _check_path(path, allow_root=True)
+        base = self._root if path == "/" else self._key(path)
+        for _attempt in range(3):
+            try:
+                return await self._children_once(base)
+            except _CompactedError:
+                continue  # compacted under a pinned page: list again at the new revision
+        raise StoreUnavailableError(f"children of {path} kept being compacted away while listing")
+
+    async def _children_once(self, base: bytes) -> list[str]:
+        cut = len(base) + 1
+        start, end = base + b"/", base + b"0"
+        names: set[bytes] = set()
+        revision = 0
+        while True:
+            req = rpc.RangeRequest(key=start, range_end=end, keys_only=True, limit=_LIST_PAGE, revision=revision)
+            resp = await self._rpc("get_children", lambda s: s.kv.Range, req)
+            revision = revision or resp.header.revision
+            for kv in resp.kvs:
+                name = kv.key[cut:].split(b"/", 1)[0]
+                if name:
+                    names.add(name)
+            if not resp.more or not resp.kvs:
+                break
+            last = resp.kvs[-1].key
+            name, sep, _ = last[cut:].partition(b"/")
+            # Inside a child's subtree: skip the rest of it; on a leaf: continue right after it.
+            start = base + b"/" + name + b"0" if sep else last + b"\0"
+        return sorted(n.decode() for n in names)
+
+    async def _list_prefix(self, key_prefix: bytes) -> tuple[list[Any], int]:
+        """Every key (``keys_only``) under ``key_prefix`` at one revision, and that revision."""
+        for _attempt in range(3):
+            kvs: list[Any] = []
+            start, end, revision = key_prefix, _prefix_end(key_prefix), 0
+            try:
+                while True:
+                    req = rpc.RangeRequest(
+                        key=start, range_end=end, keys_only=True, limit=_LIST_PAGE, revision=revision
+                    )
+                    resp = await self._rpc("list", lambda s: s.kv.Range, req, internal=True)
+                    revision = revision or resp.header.revision
+                    kvs.extend(resp.kvs)
+                    if not resp.more or not resp.kvs:
+                        return kvs, revision
+                    start = resp.kvs[-1].key + b"\0"
+            except _CompactedError:
+                continue
+        raise StoreUnavailableError("listing kept being compacted away")
+
+    # ------------------------------------------------------------------ single-key writes (batched)
+
+    async def put(
+        self,
+        path: str,
+        data: bytes,
+        expected_version: int | None = None,
+        *,
+        session: Session | None = None,
+    ) -> Stat:
+        _check_path(path)
+        lease = self._lease_of(session)
+        key = self._key(path)
+        data = bytes(data)
+        read = _read(key)
+        if expected_version is None:
+            if lease:
+                nested = rpc.TxnRequest(success=[_put(key, data, lease=lease), read])
+            else:
+                # Existing key: keep its lease (owner); new key: no lease.
+                nested = rpc.TxnRequest(
+                    compare=[_cmp_exists(key)],
+                    success=[_put(key, data, keep_lease=True), read],
+                    failure=[_put(key, data), read],
+                )
+        elif expected_version == NOT_EXISTS:
+            write = _put(key, data, lease=lease)
+            nested = rpc.TxnRequest(compare=[_cmp_absent(key)], success=[write, read], failure=[read])
+        elif expected_version >= 0:
+            write = _put(key, data, lease=lease) if lease else _put(key, data, keep_lease=True)
+            cmp = _cmp_version(key, expected_version)
+            nested = rpc.TxnRequest(compare=[cmp], success=[write, read], failure=[read])
+        else:
+            raise ValueError(f"invalid expected version {expected_version}")
+
+        def parse(resp: Any) -> Stat:
+            kv = _first_kv(resp.responses[-1])
+            if len(resp.responses) < 2:  # only the failure read ran
+                raise _put_failure(path, expected_version, kv)
+            assert kv is not None
+            return _stat(path, kv)
+
+        try:
+            # A write with a lease goes alone: an expired lease fails its whole txn.
+            return await self._submit(path, key, nested, parse, len(key) + len(data), alone=bool(lease))
+        except SessionExpiredError:
+            assert isinstance(session, EtcdSession)
+            session.expired = True
+            raise
+
+    async def delete(self, path: str, expected_version: int | None = None) -> None:
+        _check_path(path)
+        key = self._key(path)
+        cmp = _cmp_exists(key) if expected_version is None else _cmp_version(key, expected_version)
+        nested = rpc.TxnRequest(compare=[cmp], success=[_delete(key)], failure=[_read(key)])
+
+        def parse(resp: Any) -> None:
+            if not resp.succeeded:
+                raise _delete_failure(path, expected_version, _first_kv(resp.responses[0]))
+
+        await self._submit(path, key, nested, parse, len(key))
+
+    def _lease_of(self, session: Session | None) -> int:
+        if session is None:
+            return 0
+        if not isinstance(session, EtcdSession) or session._store is not self:
+            raise ValueError("session does not belong to this store")
+        if session.closed:
+            raise MetadataError(f"session {session.id:x} is closed")
+        if session.expired:
+            raise SessionExpiredError(f"session {session.id:x} has expired")
+        return session.id
+
+    async def _submit(
+        self, path: str, key: bytes, nested: Any, parse: Callable[[Any], Any], size: int, *, alone: bool = False
+    ) -> Any:
+        if self._closing:
+            raise StoreUnavailableError("metadata store is closed")
+        await self._ensure_connected()
+        loop = asyncio.get_running_loop()
+        op = _Op(path, key, rpc.RequestOp(request_txn=nested), parse, loop.create_future(), size, alone)
+        self._pending.append(op)
+        self._schedule_flush()
+        try:
+            async with asyncio.timeout(self.op_timeout_seconds):
+                return await op.future
+        except TimeoutError:
+            op.abandoned = True
+            raise StoreUnavailableError(
+                f"etcd did not answer a write of {path} within {self.op_timeout_seconds}s"
+            ) from None
+        except asyncio.CancelledError:
+            op.abandoned = True
+            raise
+
+    def _schedule_flush(self) -> None:
+        if self._flush_handle is None and self._pending and self._inflight < self.max_inflight_batches:
+            assert self._loop is not None
+            # call_soon: ops issued in the same loop iteration (asyncio.gather) join one batch.
+            self._flush_handle = self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        while self._pending and self._inflight < self.max_inflight_batches and not self._closed:
+            batch = self._take_batch()
+            if not batch:
+                return
+            self._inflight += 1
+            self._inflight_keys.update(op.key for op in batch)
+            self._spawn(self._send_batch(batch))
+
+    def _take_batch(self) -> list[_Op]:
+        batch: list[_Op] = []
+        keys: set[bytes] = set()
+        blocked: set[bytes] = set()  # keys of skipped ops: later ops on them must wait too (order)
+        skipped: list[_Op] = []
+        size = 0
+        scan_budget = 4 * self.max_batch_ops
+        while self._pending and len(batch) < self.max_batch_ops and scan_budget > 0:
+            op = self._pending.popleft()
+            scan_budget -= 1
+            if op.abandoned or op.future.done():
+                continue
+            if op.key in keys or op.key in blocked or op.key in self._inflight_keys:
+                skipped.append(op)
+                blocked.add(op.key)
+                continue
+            if op.alone and batch:
+                skipped.append(op)
+                blocked.add(op.key)
+                continue
+            if batch and size + op.size > self.max_batch_bytes:
+                skipped.append(op)
+                break
+            batch.append(op)
+            keys.add(op.key)
+            size += op.size
+            if op.alone:
+                break
+        self._pending.extendleft(reversed(skipped))
+        return batch
+
+    async def _send_batch(self, batch: list[_Op]) -> None:
+        try:
+            req = rpc.TxnRequest(success=[op.request for op in batch])
+            try:
+                resp = await self._rpc("write", lambda s: s.kv.Txn, req)
+            except MetadataError as e:
+                for op in batch:
+                    if not op.future.done():
+                        op.future.set_exception(type(e)(*e.args))
+                return
+            self.stats.batches += 1
+            self.stats.batched_ops += len(batch)
+            self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+            for op, r in zip(batch, resp.responses, strict=True):
+                if op.future.done():
+                    continue
+                try:
+                    op.future.set_result(op.parse(r.response_txn))
+                except MetadataError as e:
+                    op.future.set_exception(e)
+        finally:
+            for op in batch:
+                if not op.future.done():
+                    op.future.set_exception(StoreUnavailableError("metadata store is closed"))
+            self._inflight -= 1
+            self._inflight_keys.difference_update(op.key for op in batch)
+            self._schedule_flush()
+
+    # ------------------------------------------------------------------ multi-key writes
+
+    async def delete_recursive(self, path: str) -> None:
+        _check_path(path, allow_root=True)
+        if path == "/":
+            ops = [_delete(self._root + b"/", self._root + b"0")]
+        else:
+            key = self._key(path)
+            ops = [_delete(key), _delete(key + b"/", key + b"0")]
+        await self._rpc("delete_recursive", lambda s: s.kv.Txn, rpc.TxnRequest(success=ops))
+
+    async def transact(self, ops: list[PutOp | DeleteOp]) -> list[Stat | None]:
+        """Apply ``ops`` in one etcd txn, all or nothing; the first failing op's error is raised.
+
+        Ops on distinct keys map to one txn whose compares are the ops' conditions. etcd cannot
+        write a key twice in one txn: several ops on one key are simulated on a read of the keys
+        and committed as their net effect (guarded by ``mod_revision``), which works unless that
+        net effect is not one write (two puts, or delete then re-create): ``ValueError``.
+        """
+        if len(ops) > MAX_TRANSACTION_OPS:
+            raise ValueError(f"at most {MAX_TRANSACTION_OPS} operations per transaction, got {len(ops)}")
+        for op in ops:
+            _check_path(op.path)
+            if op.expected_version is not None and op.expected_version < NOT_EXISTS:
+                raise ValueError(f"invalid expected version {op.expected_version}")
+        if not ops:
+            return []
+        distinct = len({op.path for op in ops}) == len(ops)
+        # An unconditional put is a nested txn (to keep the key's lease); etcd allows nesting only
+        # below 128 outer ops.
+        nested = any(isinstance(op, PutOp) and op.expected_version is None for op in ops)
+        if distinct and not (nested and len(ops) >= MAX_TRANSACTION_OPS):
+            return await self._transact_direct(ops)
+        return await self._transact_simulated(ops)
+
+    async def _transact_direct(self, ops: list[PutOp | DeleteOp]) -> list[Stat | None]:
+        compare: list[Any] = []
+        success: list[Any] = []
+        for op in ops:
+            key = self._key(op.path)
+            if isinstance(op, PutOp):
+                data = bytes(op.data)
+                if op.expected_version is None:
+                    success.append(
+                        rpc.RequestOp(
+                            request_txn=rpc.TxnRequest(
+                                compare=[_cmp_exists(key)],
+                                success=[_put(key, data, keep_lease=True, prev_kv=True)],
+                                failure=[_put(key, data, prev_kv=True)],
+                            )
+                        )
+                    )
+                elif op.expected_version == NOT_EXISTS:
+                    compare.append(_cmp_absent(key))
+                    success.append(_put(key, data))
+                else:
+                    compare.append(_cmp_version(key, op.expected_version))
+                    success.append(_put(key, data, keep_lease=True, prev_kv=True))
+            else:
+                ev = op.expected_version
+                compare.append(_cmp_exists(key) if ev is None else _cmp_version(key, ev))
+                success.append(_delete(key))
+        failure = [_read(self._key(op.path)) for op in ops]
+        req = rpc.TxnRequest(compare=compare, success=success, failure=failure)
+        resp = await self._rpc("transact", lambda s: s.kv.Txn, req)
+        if not resp.succeeded:
+            for op, r in zip(ops, resp.responses, strict=True):
+                error = _violation(op, _first_kv(r))
+                if error is not None:
+                    raise error
+            raise BadVersionError("transaction compare failed on a concurrent change")  # pragma: no cover
+        results: list[Stat | None] = []
+        for op, r in zip(ops, resp.responses, strict=True):
+            if isinstance(op, DeleteOp):
+                results.append(None)
+                continue
+            if op.expected_version == NOT_EXISTS:
+                results.append(Stat(op.path, 0, 0, 0, False))
+                continue
+            put_resp = r.response_txn.responses[0].response_put if op.expected_version is None else r.response_put
+            if put_resp.HasField("prev_kv"):
+                prev = put_resp.prev_kv
+                results.append(Stat(op.path, prev.version, 0, 0, prev.lease != 0))
+            else:
+                results.append(Stat(op.path, 0, 0, 0, False))
+        return results
+
+    async def _transact_simulated(self, ops: list[PutOp | DeleteOp]) -> list[Stat | None]:
+        paths = list(dict.fromkeys(op.path for op in ops))
+        keys = [self._key(p) for p in paths]
+        for _attempt in range(10):
+            req = rpc.TxnRequest(success=[_read(k) for k in keys])
+            read = await self._rpc("transact read", lambda s: s.kv.Txn, req)
+            initial: dict[str, _KeyState] = {}
+            for p, r in zip(paths, read.responses, strict=True):
+                kv = _first_kv(r)
+                if kv is None:
+                    initial[p] = _KeyState(False)
+                else:
+                    initial[p] = _KeyState(True, kv.version - 1, kv.mod_revision, kv.lease)
+            state = {p: _KeyState(s.exists, s.version, s.mod_revision, s.lease) for p, s in initial.items()}
+            data: dict[str, bytes] = {}
+            results: list[Stat | None] = []
+            for op in ops:  # the embedded store's semantics, op by op
+                st = state[op.path]
+                ev = op.expected_version
+                if isinstance(op, PutOp):
+                    if ev is not None:
+                        if ev == NOT_EXISTS:
+                            if st.exists:
+                                raise BadVersionError(f"{op.path} already exists")
+                        elif not st.exists:
+                            raise BadVersionError(f"{op.path} does not exist (expected version {ev})")
+                        elif st.version != ev:
+                            raise BadVersionError(f"{op.path} is at version {st.version}, expected {ev}")
+                    st.version, st.lease = (st.version + 1, st.lease) if st.exists else (0, 0)
+                    st.exists = True
+                    data[op.path] = bytes(op.data)
+                    results.append(Stat(op.path, st.version, 0, 0, st.lease != 0))
+                else:
+                    if not st.exists:
+                        raise NotFoundError(op.path)
+                    if ev is not None and st.version != ev:
+                        raise BadVersionError(f"{op.path} is at version {st.version}, expected {ev}")
+                    st.exists, st.version, st.lease = False, -1, 0
+                    results.append(None)
+            compare: list[Any] = []
+            success: list[Any] = []
+            for p, key in zip(paths, keys, strict=True):
+                init, final = initial[p], state[p]
+                compare.append(_cmp_mod(key, init.mod_revision) if init.exists else _cmp_absent(key))
+                if final.exists:
+                    if final.version != (init.version + 1 if init.exists else 0):
+                        raise ValueError(
+                            f"etcd cannot apply this transaction atomically: {p} would be written twice "
+                            "(or deleted and re-created); split it"
+                        )
+                    success.append(_put(key, data[p], keep_lease=init.exists))
+                elif init.exists:
+                    success.append(_delete(key))
+            resp = await self._rpc("transact", lambda s: s.kv.Txn, rpc.TxnRequest(compare=compare, success=success))
+            if resp.succeeded:
+                return results
+            # A key changed between the read and the commit: read and decide again.
+        raise StoreUnavailableError("transaction kept conflicting with concurrent writes")
+
+    # ------------------------------------------------------------------ watches and sessions
+
+    def watch(self, prefix: str, listener: Listener) -> Callable[[], None]:
+        if self._closed:
+            raise StoreUnavailableError("metadata store is closed")
+        return self._watch.add(prefix, listener)
+
+    async def create_session(self, ttl_seconds: float = 10.0) -> Session:
+        if self._closing:
+            raise StoreUnavailableError("metadata store is closed")
+        ttl = max(MIN_LEASE_TTL, math.ceil(ttl_seconds))
+        resp = await self._rpc("create session", lambda s: s.lease.LeaseGrant, rpc.LeaseGrantRequest(TTL=ttl))
+        if resp.error:
+            raise MetadataError(f"etcd refused a lease: {resp.error}")
+        session = EtcdSession(self, resp.ID, int(resp.TTL))
+        self._sessions.add(session)
+        session._start()
+        return session
+
+    async def close(self) -> None:
+        """Revoke this store's sessions, fail pending calls, stop watches, close the channel."""
+        if self._closing:
+            return
+        self._closing = True
+        sessions = list(self._sessions)
+        if sessions and self._loop is asyncio.get_running_loop():
+            await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        self._closed = True
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        while self._pending:
+            op = self._pending.popleft()
+            if not op.future.done():
+                op.future.set_exception(StoreUnavailableError("metadata store is closed"))
+        await self._watch.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.channel.close()
+
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "EtcdMetadataStore",
+    "EtcdSession",
+    "EtcdStats",
+    "EtcdUrl",
+    "SessionExpiredError",
+    "parse_etcd_url",
+]
