@@ -129,6 +129,15 @@ class ManagedCursor(abc.ABC):
         """Whether ``position`` is acknowledged (at/below mark-delete, or individually)."""
 
     @abc.abstractmethod
+    def batch_unacked(self, position: Position) -> list[int] | None:
+        """For a partly acknowledged batch entry, the bit set (64-bit words, bit set = not yet acked) of
+        its messages still to acknowledge; None when nothing is recorded for it."""
+
+    @abc.abstractmethod
+    def set_batch_unacked(self, position: Position, words: list[int] | None) -> None:
+        """Record (or with None forget) which messages of a batch entry are still unacknowledged."""
+
+    @abc.abstractmethod
     def acked_ranges(self) -> list[tuple[Position, Position]]:
         """Individually acknowledged positions after the mark-delete position, as closed ranges."""
 

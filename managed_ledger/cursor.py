@@ -59,6 +59,8 @@ class ManagedCursorImpl(ManagedCursor):
         self._md = mark_delete
         self._read = ledger.next_position(mark_delete)
         self._acked = RangeSet()
+        #: Batch-index acknowledgements of partly acked entries (bit set = message not yet acked).
+        self._batch: dict[Position, list[int]] = {}
         self._props: dict[str, str] = dict(properties or {})
         self._version = version
         self._last_active_ms = last_active_ms or int(time.time() * 1000)
@@ -302,6 +304,7 @@ class ManagedCursorImpl(ManagedCursor):
         position = ml._normalize(position)
         self._md = ml.previous_position(position)
         self._acked.clear()
+        self._batch.clear()
         self._read = position
         self._read_gen += 1
         self._active = True
@@ -344,6 +347,25 @@ class ManagedCursorImpl(ManagedCursor):
     def acked_ranges(self) -> list[tuple[Position, Position]]:
         return list(self._acked)
 
+    def batch_unacked(self, position: Position) -> list[int] | None:
+        words = self._batch.get(position)
+        if words is None or self.is_acked(position):
+            return None
+        return words
+
+    def set_batch_unacked(self, position: Position, words: list[int] | None) -> None:
+        self._check_open()
+        if words is None:
+            if self._batch.pop(position, None) is None:
+                return
+        else:
+            self._batch[position] = list(words)
+        self._mark_dirty()
+
+    def _restore_batch(self, items: list[list[int]]) -> None:
+        for item in items:
+            self._batch[Position(item[0], item[1])] = item[2:]
+
     def _info(self) -> CursorInfo:
         if self._active:
             self._last_active_ms = int(time.time() * 1000)
@@ -351,7 +373,12 @@ class ManagedCursorImpl(ManagedCursor):
         ranges = self._acked.to_list()
         if len(ranges) > MAX_PERSISTED_RANGES:
             ranges = ranges[:MAX_PERSISTED_RANGES]
-        return CursorInfo(self._md, ranges, dict(self._props), self._last_active_ms)
+        if self._batch:
+            # Entries acked in full since their batch state was recorded need it no more.
+            for pos in [p for p in self._batch if self.is_acked(p)]:
+                del self._batch[pos]
+        batches = [[p.ledger_id, p.entry_id, *words] for p, words in self._batch.items()]
+        return CursorInfo(self._md, ranges, dict(self._props), self._last_active_ms, batches)
 
     async def _create(self) -> None:
         """Store a new durable cursor (must not exist yet)."""

@@ -291,6 +291,7 @@ class ManagedLedgerImpl(ManagedLedger):
                 last_active_ms=info.last_active_ms,
             )
             cursor._restore_acks(info.individually_deleted)
+            cursor._restore_batch(info.batch_indexes)
             self._cursors[name] = cursor
 
     async def _create_ledger(self) -> None:

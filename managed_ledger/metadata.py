@@ -87,14 +87,18 @@ class CursorInfo:
     individually_deleted: list[list[int]] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
     last_active_ms: int = 0
+    #: Partly acknowledged batches: ``[[ledger, entry, word0, word1, ...], ...]``, bit set = not yet acked.
+    batch_indexes: list[list[int]] = field(default_factory=list)
 
     def serialize(self) -> bytes:
-        doc = {
+        doc: dict[str, Any] = {
             "markDelete": [self.mark_delete.ledger_id, self.mark_delete.entry_id],
             "individuallyDeleted": self.individually_deleted,
             "properties": self.properties,
             "lastActive": self.last_active_ms,
         }
+        if self.batch_indexes:
+            doc["batchIndexes"] = self.batch_indexes
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -106,4 +110,5 @@ class CursorInfo:
             [[int(a), int(b), int(c)] for a, b, c in doc.get("individuallyDeleted", [])],
             dict(doc.get("properties", {})),
             int(doc.get("lastActive", 0)),
+            [[int(v) for v in item] for item in doc.get("batchIndexes", [])],
         )

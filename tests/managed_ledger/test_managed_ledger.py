@@ -499,6 +499,7 @@ async def test_trim_moves_lagging_reader_and_absorbs_its_acks(factory: ManagedLe
 async def test_properties_persist_and_ledgers_info(make_factory: MakeFactory) -> None:
     factory = make_factory()
     ml = await open_ml(factory, max_entries_per_ledger=2)
+    await ml.open_cursor("holds-data", InitialPosition.EARLIEST)  # without a cursor, consumed ledgers are trimmed
     await add(ml, 5)
     await ml.set_properties({"a": "1", "b": "2"})
     await ml.set_properties({"b": None})
@@ -508,3 +509,21 @@ async def test_properties_persist_and_ledgers_info(make_factory: MakeFactory) ->
     await factory.close()
     reopened = await open_ml(make_factory())
     assert reopened.properties == {"a": "1"}
+
+
+async def test_batch_index_state_persists(make_factory: MakeFactory) -> None:
+    factory = make_factory()
+    ml = await open_ml(factory)
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    positions = await add(ml, 3)
+    cursor.set_batch_unacked(positions[1], [0b1010])
+    cursor.set_batch_unacked(positions[2], [0b1])
+    cursor.delete([positions[2]])  # fully acked later: its batch state is dropped
+    await cursor.flush()
+    await factory.close()
+    reopened = await open_ml(make_factory())
+    again = reopened.cursors["sub"]
+    assert again.batch_unacked(positions[1]) == [0b1010]
+    assert again.batch_unacked(positions[2]) is None
+    await again.reset(positions[0])
+    assert again.batch_unacked(positions[1]) is None
