@@ -38,6 +38,8 @@ class BrokerConfig:
     max_producers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
     max_unacked_messages_per_consumer: int = 50_000
+    #: Track acknowledgements of single messages inside batches (clients' batchIndexAckEnabled).
+    acknowledgment_at_batch_index_level_enabled: bool = False
     dispatcher_max_read_batch_size: int = 100
     #: How often rates (msgRateIn, ...) are recomputed for stats and metrics.
     stats_update_frequency_in_secs: int = 10

@@ -428,14 +428,17 @@ class ServerConnection(asyncio.Protocol):
                 if a.message_id:
                     sub.ack_cumulative(consumer, Position(a.message_id[0].ledgerId, a.message_id[0].entryId))
             else:
-                positions = [
-                    Position(m.ledgerId, m.entryId)
-                    for m in a.message_id
-                    # A batch with some messages still unacked (ack_set has bits left) stays pending.
-                    if not any(m.ack_set)
-                ]
+                positions = []
+                partial = []
+                for m in a.message_id:
+                    if any(m.ack_set):  # some messages of this batch are still unacked
+                        partial.append((Position(m.ledgerId, m.entryId), list(m.ack_set)))
+                    else:
+                        positions.append(Position(m.ledgerId, m.entryId))
                 if positions:
                     sub.ack_individual(consumer, positions)
+                if partial:
+                    sub.ack_batch_indexes(consumer, partial)
         except BrokerError as exc:
             if has_request:
                 self.write(commands.ack_response(a.consumer_id, a.request_id, exc.code, exc.message))

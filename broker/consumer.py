@@ -76,10 +76,16 @@ class Consumer:
         pending = self.pending_acks
         sent_messages = 0
         sent_bytes = 0
+        cursor = self.subscription.cursor if self.subscription.batch_index_acks else None
         for i, (position, data) in enumerate(entries):
             count = metas[i].num_messages if metas is not None else entry_num_messages(data)
             header = commands.message_header(
-                consumer_id, position.ledger_id, position.entry_id, len(data), redelivery_counts.get(position, 0)
+                consumer_id,
+                position.ledger_id,
+                position.entry_id,
+                len(data),
+                redelivery_counts.get(position, 0),
+                cursor.batch_unacked(position) if cursor is not None else None,
             )
             write(header, data)
             pending[position] = count

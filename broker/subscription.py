@@ -38,6 +38,7 @@ class Subscription:
         self.consumers: list[Consumer] = []
         #: How often each pending position has been redelivered (sent in MESSAGE.redelivery_count).
         self.redelivery_counts: dict[Position, int] = {}
+        self.batch_index_acks = topic.service.config.acknowledgment_at_batch_index_level_enabled
         self.meter_out = Meter()
         self.meter_expired = Meter()
         self.last_expire = 0.0
@@ -110,6 +111,23 @@ class Subscription:
         if self.dispatcher is not None:
             self.dispatcher.redelivery.difference_update(positions)
             self.dispatcher.wakeup()
+
+    def ack_batch_indexes(self, consumer: Consumer, partial: list[tuple[Position, list[int]]]) -> None:
+        """Acks of some messages of batch entries (``ack_set``: bit set = still unacked)."""
+        if not self.batch_index_acks:
+            return  # without batch-index tracking the entry stays pending until fully acked
+        done: list[Position] = []
+        for position, words in partial:
+            if self.cursor.is_acked(position):
+                continue
+            current = self.cursor.batch_unacked(position)
+            merged = [a & b for a, b in zip(current, words, strict=False)] if current else list(words)
+            if any(merged):
+                self.cursor.set_batch_unacked(position, merged)
+            else:
+                done.append(position)
+        if done:
+            self.ack_individual(consumer, done)
 
     def ack_cumulative(self, consumer: Consumer, position: Position) -> None:
         if self.sub_type in (SubType.Shared, SubType.Key_Shared):

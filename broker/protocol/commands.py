@@ -39,13 +39,24 @@ def _message_id(ledger_id: int, entry_id: int, partition: int = -1) -> bytes:
 
 
 def message_header(
-    consumer_id: int, ledger_id: int, entry_id: int, entry_size: int, redelivery_count: int = 0
+    consumer_id: int,
+    ledger_id: int,
+    entry_id: int,
+    entry_size: int,
+    redelivery_count: int = 0,
+    ack_set: list[int] | None = None,
 ) -> bytes:
-    """Frame header + CommandMessage for an entry of ``entry_size`` bytes that follows it unchanged."""
+    """Frame header + CommandMessage for an entry of ``entry_size`` bytes that follows it unchanged.
+
+    ``ack_set`` (64-bit words, bit set = not yet acknowledged) tells the client which messages of a
+    partly acknowledged batch to deliver.
+    """
     mid = _message_id(ledger_id, entry_id)
     body = b"\x08" + _varint(consumer_id) + b"\x12" + _varint(len(mid)) + mid
     if redelivery_count:
         body += b"\x18" + _varint(redelivery_count)
+    if ack_set:
+        body += b"".join(b"\x20" + _varint(word & _U64) for word in ack_set)
     cmd = b"\x08\x09\x4a" + _varint(len(body)) + body  # type=MESSAGE, field 9
     return _U32X2.pack(len(cmd) + 4 + entry_size, len(cmd)) + cmd
 
