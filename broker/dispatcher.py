@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from magnetar.broker.consumer import Consumer
+from magnetar.broker.policies import setting
+from magnetar.broker.protocol.frames import EntryMeta, entry_meta
 from magnetar.managed_ledger.api import Entry, Position
 
 if TYPE_CHECKING:
@@ -190,18 +194,29 @@ class SingleActiveConsumerDispatcher(Dispatcher):
 
 
 class SharedDispatcher(Dispatcher):
-    """Shared: entries go round-robin to consumers with permits; a consumer's unacked entries are
-    redelivered to the others when it leaves or asks for redelivery."""
+    """Shared: entries go round-robin to the consumers with permits, highest priority level (lowest
+    number) first; a consumer's unacked entries go to the others when it leaves or asks for
+    redelivery. All chunks of a chunked message go to one consumer. Entries with a future
+    ``deliver_at_time`` wait in the delayed-delivery tracker until due."""
 
     def __init__(self, subscription: Subscription, max_read_batch: int) -> None:
         super().__init__(subscription, max_read_batch)
         self._next = 0
+        #: Chunked messages in flight: uuid -> the consumer receiving its chunks.
+        self._chunk_owner: dict[str, Consumer] = {}
+        self.delayed = DelayedDeliveryTracker(self)
 
     async def remove_consumer(self, consumer: Consumer) -> None:
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
+        for uuid in [u for u, c in self._chunk_owner.items() if c is consumer]:
+            del self._chunk_owner[uuid]
         self.redeliver(consumer.take_pending())
+
+    async def close(self) -> None:
+        self.delayed.close()
+        await super().close()
 
     def redeliver(self, positions: list[Position]) -> None:
         for p in positions:
@@ -214,25 +229,137 @@ class SharedDispatcher(Dispatcher):
         return min(total, self.max_read_batch)
 
     def _dispatch(self, entries: list[Entry]) -> None:
+        metas = [entry_meta(e.data) for e in entries]
+        entries, metas = self.delayed.hold(entries, metas)
         counts = self.subscription.redelivery_counts
-        index = 0
-        n = len(entries)
-        while index < n:
-            consumer = self._next_available()
+        plan: dict[int, tuple[Consumer, list[Entry], list[EntryMeta]]] = {}
+        spare: dict[int, int] = {}  # permits left per consumer while planning
+        current: Consumer | None = None
+        run = 0
+        for i, (entry, meta) in enumerate(zip(entries, metas, strict=True)):
+            if meta.chunk_uuid is not None:
+                consumer = self._chunk_consumer(meta, spare)
+            else:
+                if current is None or run <= 0 or spare.get(id(current), current.permits) <= 0:
+                    current = self._next_available(spare)
+                    run = ROUND_ROBIN_BATCH
+                consumer = current
+                run -= 1
             if consumer is None:
-                # Out of permits mid-batch: keep the rest for later, ahead of new entries.
-                self.redelivery.update(e.position for e in entries[index:])
-                return
-            # Give this consumer a run of entries bounded by its permits (at least one entry).
-            take = max(1, min(consumer.permits, ROUND_ROBIN_BATCH, n - index))
-            consumer.send(entries[index : index + take], counts)
-            index += take
+                # Out of permits: keep the rest for later, ahead of new entries.
+                self.redelivery.update(e.position for e in entries[i:])
+                break
+            spare[id(consumer)] = spare.get(id(consumer), consumer.permits) - meta.num_messages
+            slot = plan.setdefault(id(consumer), (consumer, [], []))
+            slot[1].append(entry)
+            slot[2].append(meta)
+        for consumer, chosen, chosen_metas in plan.values():
+            consumer.send(chosen, counts, chosen_metas)
 
-    def _next_available(self) -> Consumer | None:
+    def _chunk_consumer(self, meta: EntryMeta, spare: dict[int, int]) -> Consumer | None:
+        """The consumer for a chunk: its message's owner once the first chunk went out."""
+        assert meta.chunk_uuid is not None
+        owner = self._chunk_owner.get(meta.chunk_uuid)
+        if meta.chunk_id == 0 or owner is None or owner.closed:
+            owner = self._next_available(spare)
+            if owner is None:
+                return None
+            self._chunk_owner[meta.chunk_uuid] = owner
+        if meta.chunk_id >= meta.num_chunks - 1:
+            self._chunk_owner.pop(meta.chunk_uuid, None)
+        return owner
+
+    def _next_available(self, spare: dict[int, int] | None = None) -> Consumer | None:
+        """Round-robin over the best priority level that has a consumer with permits."""
         consumers = self.consumers
+        if not consumers:
+            return None
+
+        def has_room(c: Consumer) -> bool:
+            return c.available and (spare is None or spare.get(id(c), c.permits) > 0)
+
+        best = min((c.priority for c in consumers if has_room(c)), default=None)
+        if best is None:
+            return None
         for _ in range(len(consumers)):
             self._next = (self._next + 1) % len(consumers)
             c = consumers[self._next]
-            if c.available:
+            if c.priority == best and has_room(c):
                 return c
         return None
+
+
+class DelayedDeliveryTracker:
+    """Holds entries whose ``deliver_at_time`` is in the future (Shared and Key_Shared only).
+
+    Positions wait in a heap; a timer moves the due ones to the dispatcher's replay set. Nothing
+    is persisted: the entries are unacknowledged, so after a restart the cursor reads them again
+    and they come back here.
+    """
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self._heap: list[tuple[int, Position]] = []
+        self._held: set[Position] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def _settings(self) -> tuple[bool, int, bool]:
+        topic = self.dispatcher.subscription.topic
+        eff = topic.effective
+        enabled = eff.delayed_delivery_enabled if eff is not None else True
+        tick = eff.delayed_delivery_tick_ms if eff is not None else 1000
+        strict = bool(setting(topic.service.config, "isDelayedDeliveryDeliverAtTimeStrict", False))
+        return enabled, tick, strict
+
+    def hold(self, entries: list[Entry], metas: list[EntryMeta]) -> tuple[list[Entry], list[EntryMeta]]:
+        """Split off the entries that are not due yet; returns the ones to dispatch now."""
+        if not any(m.deliver_at for m in metas):
+            return entries, metas
+        enabled, tick, strict = self._settings()
+        if not enabled:
+            return entries, metas
+        now = int(time.time() * 1000)
+        cutoff = now if strict else now + tick  # non-strict: up to one tick early, as Pulsar
+        keep_e: list[Entry] = []
+        keep_m: list[EntryMeta] = []
+        for entry, meta in zip(entries, metas, strict=True):
+            if meta.deliver_at > cutoff:
+                if entry.position not in self._held:
+                    self._held.add(entry.position)
+                    heapq.heappush(self._heap, (meta.deliver_at, entry.position))
+            else:
+                keep_e.append(entry)
+                keep_m.append(meta)
+        self._arm(tick, strict)
+        return keep_e, keep_m
+
+    def _arm(self, tick: int, strict: bool) -> None:
+        if not self._heap:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, self._heap[0][0] / 1000 - time.time() - (0 if strict else tick / 1000))
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_later(delay, self._release)
+
+    def _release(self) -> None:
+        self._timer = None
+        _, tick, strict = self._settings()
+        cutoff = int(time.time() * 1000) + (0 if strict else tick)
+        due = []
+        while self._heap and self._heap[0][0] <= cutoff:
+            _, position = heapq.heappop(self._heap)
+            self._held.discard(position)
+            due.append(position)
+        if due:
+            self.dispatcher.redelivery.update(due)
+            self.dispatcher.wakeup()
+        self._arm(tick, strict)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

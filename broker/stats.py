@@ -117,7 +117,7 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
         "backlogSize": sub.backlog_size(),
         "msgBacklogNoDelayed": sub.backlog(),
         "blockedSubscriptionOnUnackedMsgs": False,
-        "msgDelayed": 0,
+        "msgDelayed": len(getattr(dispatcher, "delayed", ())),
         "unackedMessages": sum(c.unacked_messages for c in sub.consumers),
         "type": SUB_TYPE_NAMES.get(sub.sub_type, "Exclusive") if sub.sub_type is not None else "None",
         "activeConsumerName": active.name if active is not None else None,
