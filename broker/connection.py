@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from magnetar.broker.consumer import Consumer
-from magnetar.broker.errors import BrokerError
+from magnetar.broker.errors import BrokerError, NotAllowedError
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -492,6 +492,8 @@ class ServerConnection(asyncio.Protocol):
             consumer = self._consumer(r.consumer_id)
             sub = consumer.subscription
             topic = sub.topic
+            if not topic.name.persistent:
+                raise NotAllowedError("Seek is not supported on non-persistent topics")
             if r.HasField("message_publish_time"):
                 position = await topic.find_position_by_publish_time(r.message_publish_time)
             elif r.HasField("message_id"):

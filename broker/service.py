@@ -13,12 +13,12 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
 from magnetar.broker.errors import (
     BrokerError,
-    NotAllowedError,
     TopicBusyError,
     TopicExistsError,
     TopicNotFoundError,
 )
 from magnetar.broker.housekeeping import Housekeeper, enforce_backlog_quota
+from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.resources import Resources
@@ -203,7 +203,7 @@ class BrokerService:
 
     async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
         if not name.persistent:
-            raise NotAllowedError("Non-persistent topics are not supported yet")
+            return await self._load_non_persistent(name, create)  # type: ignore[return-value]
         await self.check_namespace(name)
         if name.partition_index < 0 and await self.resources.get_partitions(name) > 0:
             raise BrokerError(f"{name} is a partitioned topic: use its partitions", pb.TopicNotFound)
@@ -222,6 +222,16 @@ class BrokerService:
         topic.apply_policies(eff)
         await topic.initialize()
         log.debug("loaded topic %s", name)
+        return topic
+
+    async def _load_non_persistent(self, name: TopicName, create: bool) -> NonPersistentTopic:
+        """A non-persistent topic exists while it is loaded; creating it follows auto-creation rules."""
+        await self.check_namespace(name)
+        eff = await self.policies.effective(name)
+        if not create or not eff.allow_auto_topic_creation:
+            raise TopicNotFoundError(f"Topic {name} does not exist")
+        topic = NonPersistentTopic(self, name)
+        topic.apply_policies(eff)
         return topic
 
     def managed_ledger_config(self) -> ManagedLedgerConfig:
@@ -343,6 +353,10 @@ class BrokerService:
             if not force and topic.has_connected_clients():
                 raise TopicBusyError("Topic has active producers/subscriptions")
             await self.unload_topic(topic)
+        if not name.persistent:
+            if topic is None and not missing_ok:
+                raise TopicNotFoundError("Topic not found")
+            return
         elif not await self.resources.topic_stored(name):
             if missing_ok:
                 return
