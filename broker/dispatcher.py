@@ -8,11 +8,14 @@ wake it with FLOW permits, and redeliveries wake it too. Entries go out exactly 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import heapq
 import logging
 import time
 from typing import TYPE_CHECKING
+
+import mmh3
 
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.policies import setting
@@ -23,6 +26,11 @@ if TYPE_CHECKING:
     from magnetar.broker.subscription import Subscription
 
 log = logging.getLogger(__name__)
+
+
+def _murmur(data: bytes) -> int:
+    """Pulsar's Murmur3_32Hash: murmur3 x86 32-bit, seed 0, as a non-negative int."""
+    return mmh3.hash(data, 0, signed=False) & 0x7FFFFFFF
 
 #: Entries given to one Shared consumer before moving to the next (Pulsar's dispatcherMaxRoundRobinBatchSize).
 ROUND_ROBIN_BATCH = 20
@@ -128,11 +136,19 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         self.active: Consumer | None = None
 
     def _pick_active(self) -> Consumer | None:
+        """Pulsar's choice: among the highest-priority consumers ranked by name, partition ``i`` takes
+        consumer ``i mod n``; a non-partitioned topic hashes its name onto a ring of the consumers
+        (100 points each), so many topics spread over the consumers."""
         if not self.consumers:
             return None
         ranked = sorted(self.consumers, key=lambda c: (c.priority, c.name))
-        index = self.partition_index % len(ranked) if self.partition_index >= 0 else 0
-        return ranked[index]
+        size = sum(1 for c in ranked if c.priority == ranked[0].priority)
+        if self.partition_index >= 0:
+            return ranked[self.partition_index % size]
+        ring = sorted((_murmur(f"{c.name}{j}".encode()), i) for i, c in enumerate(ranked[:size]) for j in range(100))
+        point = _murmur(str(self.subscription.topic.name).encode())
+        at = bisect.bisect_left(ring, (point, -1))
+        return ranked[ring[at][1] if at < len(ring) else ring[0][1]]
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)

@@ -105,14 +105,42 @@ def test_failover_active_consumer_and_takeover(client: pulsar.Client, topic_name
         topic_name, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b", initial_position=E
     )
     payloads = _send(client, topic_name, 10)
-    # "a" sorts first: it is the active consumer; "b" is standby and gets nothing.
-    assert _drain(a, timeout_ms=1000) == payloads
-    assert _drain(b, timeout_ms=300) == []
+    # One of them is active (chosen by hashing the topic name onto the consumers); the other gets nothing.
+    got_a, got_b = _drain(a, timeout_ms=1000), _drain(b, timeout_ms=300)
+    active, standby = (a, b) if got_a else (b, a)
+    assert (got_a or got_b) == payloads and not (got_a and got_b)
     more = _send(client, topic_name, 5, "more")
-    first = a.receive(timeout_millis=5000)
+    first = active.receive(timeout_millis=5000)
     assert first.data() == more[0]
-    a.close()  # "b" takes over, from the first unacknowledged message
-    assert _drain(b, timeout_ms=2000) == more
+    active.close()  # the standby takes over, from the first unacknowledged message
+    assert _drain(standby, timeout_ms=2000) == more
+
+
+def test_failover_spreads_partitions_over_consumers(client: pulsar.Client, standalone, topic_name: str) -> None:  # type: ignore[no-untyped-def]
+    from tests.admin.rest import call
+
+    path = topic_name.replace("persistent://", "persistent/")
+    assert call("PUT", f"{standalone.http_url}/admin/v2/{path}/partitions", 4).status == 204
+    consumers = {
+        name: client.subscribe(
+            topic_name, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name=name, initial_position=E
+        )
+        for name in ("c1", "c2")
+    }
+    producer = client.create_producer(topic_name, batching_enabled=False)
+    for i in range(40):
+        producer.send(f"m{i}".encode(), partition_key=str(i))
+    partitions = {}
+    for name, consumer in consumers.items():
+        for _ in range(100):
+            try:
+                msg = consumer.receive(timeout_millis=1000)
+            except pulsar.Timeout:
+                break
+            partitions.setdefault(name, set()).add(msg.topic_name().rsplit("-", 1)[1])
+            consumer.acknowledge(msg)
+    # Partition i goes to consumer i mod 2 (consumers ranked by name).
+    assert partitions == {"c1": {"0", "2"}, "c2": {"1", "3"}}
 
 
 def test_nack_redelivers_with_count(client: pulsar.Client, topic_name: str) -> None:
