@@ -383,6 +383,7 @@ class Engine:
         """Apply a (changed) RetentionPolicy to every resource referencing it now."""
         users = self.env.claims(("RetentionPolicy-users", namespace, name))
         applied = 0
+        transient = False
         failures: list[str] = []
         for claim in sorted(users, key=lambda c: (c.kind, c.namespace, c.name)):
             res = Resource.from_body(claim.kind, claim.body)
@@ -393,9 +394,15 @@ class Engine:
                 applied += outcome.ready
             else:
                 failures.append(f"{claim.ref}: {outcome.reason}")
+                transient = transient or outcome.severity == "transient"
         status = {"referencedBy": len(users), "appliedTo": applied}
         if failures:
-            return rc.waiting("PropagationIncomplete", "; ".join(failures[:10]), **status)
+            message = "not applied to " + "; ".join(failures[:10])
+            # Retry while a user is waiting (dependency, unreachable cluster); a stalled user is reported by
+            # itself and retried by its own drift timer, so the policy does not hot-loop on it.
+            if transient:
+                return rc.waiting("PropagationIncomplete", message, **status)
+            return rc.stalled("PropagationIncomplete", message, **status)
         return rc.ok(f"applied to {applied} of {len(users)} referencing resources", **status)
 
     # ------------------------------------------------------------------------------------------ logging
