@@ -253,8 +253,10 @@ class PersistentTopic:
         """Get or create the subscription ``name``."""
         sub = self.subscriptions.get(name)
         if sub is not None:
-            if sub.durable != durable:
-                raise NotAllowedError(f"Subscription {name} exists with a different durability")
+            # As Pulsar does: a non-durable consumer joins an existing subscription of that name; a durable
+            # one cannot take over a reader's in-memory subscription.
+            if durable and not sub.durable:
+                raise NotAllowedError(f"Subscription {name} exists as a non-durable subscription")
             return sub
         if durable:
             allowed = (

@@ -102,3 +102,34 @@ def test_dead_peer_detection(fresh_standalone: StandaloneProcess) -> None:
         assert raw.is_closed(timeout=5)  # ...and drops it when no PONG comes back
     finally:
         raw.close()
+
+
+def test_multi_topic_consumer_across_partitions(
+    standalone: StandaloneProcess, client: pulsar.Client, topic_name: str
+) -> None:
+    from tests.admin.rest import call
+
+    partitioned, plain = f"{topic_name}-parted", f"{topic_name}-plain"
+    call("PUT", f"{standalone.http_url}/admin/v2/{partitioned.replace('persistent://', 'persistent/')}/partitions", 3)
+    consumer = client.subscribe([partitioned, plain], "multi", initial_position=pulsar.InitialPosition.Earliest)
+    p1, p2 = client.create_producer(partitioned), client.create_producer(plain)
+    for i in range(6):
+        p1.send(f"p{i}".encode(), partition_key=str(i))
+    p2.send(b"plain")
+    got = sorted(consumer.receive(timeout_millis=5000).data() for _ in range(7))
+    assert got == sorted([f"p{i}".encode() for i in range(6)] + [b"plain"])
+
+
+@pytest.mark.slow
+def test_regex_consumer_discovers_new_topics(client: pulsar.Client, topic_name: str) -> None:
+    """The client polls GET_TOPICS_OF_NAMESPACE every 60 s: the Python wrapper of pulsar-client 3.13
+    accepts ``pattern_auto_discovery_period`` but never passes it on, so this waits for the default."""
+    base = topic_name.rsplit("/", 1)[1]
+    client.create_producer(f"{topic_name}-first").close()
+    consumer = client.subscribe(
+        re.compile(f"persistent://public/default/{base}-.*"), "rx-new", initial_position=pulsar.InitialPosition.Earliest
+    )
+    late = client.create_producer(f"{topic_name}-late")  # created after the consumer subscribed
+    late.send(b"found")
+    msg = consumer.receive(timeout_millis=75_000)
+    assert msg.data() == b"found" and msg.topic_name().endswith("-late")

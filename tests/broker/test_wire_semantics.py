@@ -84,3 +84,20 @@ def test_shutdown_closes_producers_and_consumers(fresh_standalone: StandalonePro
         assert fresh_standalone.proc.wait(30) == 0
     finally:
         raw.close()
+
+
+def test_non_durable_consumer_joins_durable_subscription(standalone: StandaloneProcess, topic_name: str) -> None:
+    durable, transient = RawClient(standalone.port), RawClient(standalone.port)
+    try:
+        durable.connect()
+        transient.connect()
+        assert durable.subscribe(topic_name, "both", sub_type=Sub.Shared).type == T.SUCCESS
+        cmd = T(type=T.SUBSCRIBE)
+        s = cmd.subscribe
+        s.topic, s.subscription, s.subType, s.consumer_id, s.request_id = topic_name, "both", Sub.Shared, 7, 2
+        s.durable = False
+        transient.send(cmd)
+        assert transient.recv_until_response(2).type == T.SUCCESS
+    finally:
+        durable.close()
+        transient.close()
