@@ -181,3 +181,33 @@ def test_compressed_non_batched_messages(client: pulsar.Client, topic_name: str,
     producer.send(payload, partition_key="k")
     msg = consumer.receive(timeout_millis=5000)
     assert msg.data() == payload and msg.partition_key() == "k"
+
+
+@pytest.mark.slow
+def test_ack_timeout_redelivers(client: pulsar.Client, topic_name: str) -> None:
+    slow = client.subscribe(topic_name, "t", consumer_type=Shared, initial_position=E, unacked_messages_timeout_ms=1000)
+    client.create_producer(topic_name, batching_enabled=False).send(b"take your time")
+    first = slow.receive(timeout_millis=5000)
+    assert first.redelivery_count() == 0
+    # Not acknowledged within the timeout: the client asks for redelivery, the broker counts it.
+    again = slow.receive(timeout_millis=25_000)
+    assert again.data() == b"take your time" and again.redelivery_count() >= 1
+    slow.acknowledge(again)
+
+
+def test_batch_stats_count_entries_and_messages(
+    standalone: StandaloneProcess, client: pulsar.Client, topic_name: str
+) -> None:
+    from tests.admin.rest import call
+
+    client.subscribe(topic_name, "b", initial_position=E).close()
+    producer = client.create_producer(topic_name, batching_enabled=True, batching_max_publish_delay_ms=100)
+    for i in range(20):
+        producer.send_async(f"{i}".encode(), None)
+    producer.flush()
+    path = topic_name.replace("persistent://", "persistent/")
+    stats = call("GET", f"{standalone.http_url}/admin/v2/{path}/stats").json
+    internal = call("GET", f"{standalone.http_url}/admin/v2/{path}/internalStats").json
+    assert stats["msgInCounter"] == 20  # messages
+    assert internal["numberOfEntries"] < 20  # entries (batches)
+    assert stats["subscriptions"]["b"]["msgBacklog"] == internal["numberOfEntries"]
