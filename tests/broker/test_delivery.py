@@ -185,7 +185,9 @@ def test_compressed_non_batched_messages(client: pulsar.Client, topic_name: str,
 
 @pytest.mark.slow
 def test_ack_timeout_redelivers(client: pulsar.Client, topic_name: str) -> None:
-    slow = client.subscribe(topic_name, "t", consumer_type=Shared, initial_position=E, unacked_messages_timeout_ms=1000)
+    slow = client.subscribe(
+        topic_name, "t", consumer_type=Shared, initial_position=E, unacked_messages_timeout_ms=11_000
+    )
     client.create_producer(topic_name, batching_enabled=False).send(b"take your time")
     first = slow.receive(timeout_millis=5000)
     assert first.redelivery_count() == 0
