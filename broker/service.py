@@ -179,15 +179,18 @@ class BrokerService:
         return sorted(found)
 
     # ------------------------------------------------------------------ topics
-    async def get_topic(self, name: TopicName, *, create: bool) -> PersistentTopic:
-        """The loaded topic, loading (and if allowed creating) it on first use."""
+    async def get_topic(self, name: TopicName, *, create: bool, explicit: bool = False) -> PersistentTopic:
+        """The loaded topic, loading (and if allowed creating) it on first use.
+
+        ``explicit`` creation (the admin API) does not depend on the auto-creation policy.
+        """
         key = str(name)
         fut = self._topics.get(key)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
             self._topics[key] = fut
             try:
-                topic = await self._load(name, create)
+                topic = await self._load(name, create, explicit)
             except BaseException as exc:
                 self._topics.pop(key, None)
                 fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError("topic load cancelled"))
@@ -198,12 +201,12 @@ class BrokerService:
         topic = await asyncio.shield(fut)
         if topic.closed:
             self._topics.pop(key, None)
-            return await self.get_topic(name, create=create)
+            return await self.get_topic(name, create=create, explicit=explicit)
         return topic
 
-    async def _load(self, name: TopicName, create: bool) -> PersistentTopic:
+    async def _load(self, name: TopicName, create: bool, explicit: bool = False) -> PersistentTopic:
         if not name.persistent:
-            return await self._load_non_persistent(name, create)  # type: ignore[return-value]
+            return await self._load_non_persistent(name, create, explicit)  # type: ignore[return-value]
         await self.check_namespace(name)
         if name.partition_index < 0 and await self.resources.get_partitions(name) > 0:
             raise BrokerError(f"{name} is a partitioned topic: use its partitions", pb.TopicNotFound)
@@ -214,7 +217,7 @@ class BrokerService:
                 name.partition_index >= 0
                 and await self.resources.get_partitions(name.partitioned_base) > name.partition_index
             )
-            allowed = create and (is_declared_partition or eff.allow_auto_topic_creation)
+            allowed = create and (explicit or is_declared_partition or eff.allow_auto_topic_creation)
             if not allowed:
                 raise TopicNotFoundError(f"Topic {name} does not exist")
         ledger = await self.ledgers.open(name.persistence_name, self.managed_ledger_config())
@@ -224,11 +227,11 @@ class BrokerService:
         log.debug("loaded topic %s", name)
         return topic
 
-    async def _load_non_persistent(self, name: TopicName, create: bool) -> NonPersistentTopic:
+    async def _load_non_persistent(self, name: TopicName, create: bool, explicit: bool) -> NonPersistentTopic:
         """A non-persistent topic exists while it is loaded; creating it follows auto-creation rules."""
         await self.check_namespace(name)
         eff = await self.policies.effective(name)
-        if not create or not eff.allow_auto_topic_creation:
+        if not create or not (explicit or eff.allow_auto_topic_creation):
             raise TopicNotFoundError(f"Topic {name} does not exist")
         topic = NonPersistentTopic(self, name)
         topic.apply_policies(eff)
@@ -266,7 +269,7 @@ class BrokerService:
             name.partition_index < 0 and await self.resources.get_partitions(name) > 0
         ):
             raise TopicExistsError("This topic already exists")
-        return await self.get_topic(name, create=True)
+        return await self.get_topic(name, create=True, explicit=True)
 
     async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         """Declare a partitioned topic; partitions are created on first use."""

@@ -256,11 +256,6 @@ async def test_paused_resource_is_not_touched(env: FakeEnv, standalone: Standalo
     assert (await Engine(env).finalize(res)).ready  # paused: deletion leaves Pulsar alone
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker bug: an admin PUT of a non-partitioned topic obeys allowAutoTopicCreation=false (404); "
-    "Pulsar's createNonPartitionedTopic does not (BrokerService.create_topic -> get_topic(create=True))",
-)
 async def test_non_partitioned_topic_in_a_namespace_without_auto_creation(env: FakeEnv) -> None:
     tenant = _name("ten")
     engine = Engine(env)
