@@ -53,6 +53,7 @@ class KopfEnvironment:
         self.indexes: dict[str, Any] = {}
         self._admins: dict[tuple[str, str | None], AdminClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self.peering_ready = False
 
     def bind(self, kwargs: dict[str, Any]) -> None:
         """Remember kopf's live indexes (passed to every handler as keyword arguments)."""
@@ -124,11 +125,6 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.batching.error_delays = (1, 2, 5, 10, 30)
-    if not settings.peering.standalone and settings.peering.name and settings.peering.clusterwide:
-        try:
-            await ENV.kube.ensure_cluster_peering(settings.peering.name)
-        except KubeError as exc:
-            log.warning("could not create ClusterKopfPeering %s: %s", settings.peering.name, exc)
 
 
 @kopf.on.login()
@@ -137,6 +133,15 @@ async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
     if info is not None:
         ENV.kube.set_credentials(info)
+        settings: kopf.OperatorSettings | None = kwargs.get("settings")
+        peering = settings.peering if settings is not None else None
+        if peering and not peering.standalone and peering.name and peering.clusterwide and not ENV.peering_ready:
+            # kopf keeps the peering object alive but does not create it: replicas would not see each other.
+            try:
+                await ENV.kube.ensure_cluster_peering(peering.name)
+                ENV.peering_ready = True
+            except KubeError as exc:
+                log.warning("could not create ClusterKopfPeering %s: %s", peering.name, exc)
     return info
 
 

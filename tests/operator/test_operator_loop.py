@@ -301,3 +301,58 @@ def test_deletion_in_reverse_dependency_order_with_both_policies(cluster: Cluste
     assert cluster.admin_or_none("tenants/acme") is None
     cluster.kubectl("delete", "--wait=false", "retentionpolicy", "standard")
     cluster.wait(lambda: cluster.obj("retentionpolicies", "standard") is None, "the policy to go")
+
+
+def test_replicas_coordinate_through_peering(tmp_path: Path) -> None:
+    """HA: two replicas with peering (no --standalone) register in the ClusterKopfPeering the operator
+    creates; the lower-priority one pauses and resumes when the other stops."""
+    emu = EmulatorThread().start()
+    env = {**os.environ, "KUBECONFIG": emu.kubeconfig(str(tmp_path / "kubeconfig")),
+           "KUBECACHEDIR": str(tmp_path / "cache")}  # fmt: skip
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        subprocess.run([KUBECTL, "apply", "--validate=false", "-f", str(ROOT / "crds")], env=env, check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
+        logs = [tmp_path / "low.log", tmp_path / "high.log"]
+
+        def start(priority: int, log: Path) -> None:
+            with open(log, "wb") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "magnetar.cli.main", "operator", "--priority", str(priority),
+                     "--liveness", "", "--log-level", "DEBUG"],
+                    env=env, stdout=out, stderr=subprocess.STDOUT,
+                ))  # fmt: skip
+
+        def peers() -> int:
+            assert emu.emulator is not None
+            found = emu.call(emu.emulator.objects, "clusterkopfpeerings")
+            return len(found[0].get("status") or {}) if found else 0
+
+        def wait_log(path: Path, text: str, after: int = 0) -> int:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                found = path.read_text(errors="replace").find(text, after)
+                if found >= 0:
+                    return found
+                time.sleep(0.2)
+            raise AssertionError(f"{text!r} not logged:\n{path.read_text(errors='replace')[-3000:]}")
+
+        # A rolling start: the first replica works alone, then a higher-priority one takes over.
+        start(0, logs[0])
+        working = wait_log(logs[0], "Resuming operations")
+        start(10, logs[1])
+        paused = wait_log(logs[0], "Pausing operations in favour of", working)
+        assert peers() == 2
+        procs[1].send_signal(signal.SIGTERM)
+        procs[1].wait(15)
+        wait_log(logs[0], "Resuming operations", paused)
+        assert peers() == 1
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        emu.stop()
