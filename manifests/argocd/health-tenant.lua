@@ -15,6 +15,7 @@ local permanent = {
   NotSupported = true,      -- an impossible change, e.g. fewer partitions
   AdminApiRejected = true,  -- the admin API refused the request as invalid (4xx)
   InvalidSpec = true,       -- the spec cannot be used as written
+  PropagationIncomplete = true, -- a RetentionPolicy could not be applied to a stalled user
 }
 
 local function condition(conditions, kind)
@@ -74,15 +75,17 @@ if stalled ~= nil and stalled.status == "True" then
   return hs
 end
 
-if ready ~= nil and ready.status == "False" and permanent[ready.reason or ""] then
-  hs.status = "Degraded"
-  hs.message = describe(ready, "Not ready")
-  return hs
-end
-
+-- The operator's own word comes before the reason table: some reasons are transient or
+-- permanent depending on the case (PropagationIncomplete), and Reconciling=True says which.
 if reconciling ~= nil and reconciling.status == "True" then
   hs.status = "Progressing"
   hs.message = describe(reconciling, "Reconciling")
+  return hs
+end
+
+if ready ~= nil and ready.status == "False" and permanent[ready.reason or ""] then
+  hs.status = "Degraded"
+  hs.message = describe(ready, "Not ready")
   return hs
 end
 

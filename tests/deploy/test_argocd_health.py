@@ -112,6 +112,15 @@ CASES: dict[str, tuple[dict[str, Any], str, str | None]] = {
         "topic already managed by apps/other",
     ),
     "ready-false-invalid-spec": (resource(cond("Ready", "False", "InvalidSpec", "bad spec")), "Degraded", "bad spec"),
+    "permanent-reason-but-reconciling": (
+        resource(
+            cond("Ready", "False", "PropagationIncomplete", "not applied to apps/t1: ClusterUnreachable"),
+            cond("Reconciling", "True", "PropagationIncomplete", "retrying"),
+            NOT_STALLED,
+        ),
+        "Progressing",
+        "retrying",
+    ),
     "ready-false-transient-reason": (
         resource(cond("Ready", "False", "TenantMissing", "waiting for tenant acme")),
         "Progressing",
