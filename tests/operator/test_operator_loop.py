@@ -166,7 +166,7 @@ def test_samples_are_applied_and_the_topic_takes_messages(cluster: Cluster) -> N
     assert ns["deduplicationEnabled"] is True and ns["max_producers_per_topic"] == 10
     assert ns["persistence"]["bookkeeperEnsemble"] == 1 and ns["schema_compatibility_strategy"] == "BACKWARD"
     assert ns["bundles"]["numBundles"] == 4
-    assert ns["autoTopicCreationOverride"] == {"allowAutoTopicCreation": True, "topicType": "non-partitioned"}
+    assert ns["autoTopicCreationOverride"] == {"allowAutoTopicCreation": False}
     assert cluster.admin("GET", "persistent/acme/orders/events/partitions") == {"partitions": 3}
     assert cluster.admin("GET", "persistent/acme/orders/events/maxConsumers") == 20
     assert cluster.admin("GET", "persistent/acme/orders/audit/messageTTL") == 3600
