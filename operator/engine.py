@@ -280,7 +280,12 @@ class Engine:
         exists = partitions > 0 or topic in await client.list_topics(spec.namespace, spec.persistent)
         action = rc.topic_action(spec.partitions, exists, partitions)
         if action == "create":
-            await client.create_topic(topic, spec.partitions)
+            try:
+                await client.create_topic(topic, spec.partitions)
+            except AdminError as exc:
+                if exc.status == 409:  # created meanwhile (e.g. auto-created by a client): look again
+                    return rc.waiting(rc.ADMIN_API_ERROR, f"{topic} was created concurrently")
+                raise
             partitions = spec.partitions
             changes.append(f"created topic {topic}" + (f" with {partitions} partitions" if partitions else ""))
         elif action == "grow":
