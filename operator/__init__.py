@@ -1,2 +1,0 @@
-"""The Magnetar Kubernetes operator: Tenant, TopicNamespace, Topic and RetentionPolicy resources applied
-through the admin REST API (``magnetar operator``)."""
