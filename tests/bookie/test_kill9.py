@@ -21,7 +21,9 @@ HERE = Path(__file__).parent
 
 def run_and_kill(data_dir: Path) -> tuple[dict[int, int], bool, str]:
     """Run the writer, SIGKILL it mid-stream; returns last acked entry per ledger, fenced, stderr."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    # No empty entry: it would put the working directory (the repo root) on sys.path.
+    paths = [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "kill9_writer.py"), str(data_dir)],
         stdout=subprocess.PIPE,
