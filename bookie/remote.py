@@ -1,0 +1,325 @@
+"""The network :class:`BookieClient`: one pipelined connection to one bookie.
+
+Requests get increasing request ids and a future each; responses may arrive in any order.
+Frames written in one loop turn leave in one ``transport.write``. ``add_entry_nowait`` returns
+a future without creating a task (the ledger client's hot path). Adds time out through one
+sweep timer per connection (a timer per add would cost more than the add); other calls are
+bounded by ``wait_for``. A lost connection fails what is in flight with
+:class:`BookieUnavailableError`; the next call reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+from typing import Any
+
+from . import protocol as p
+from .api import BookieClient, BookieError, BookieUnavailableError
+
+log = logging.getLogger(__name__)
+
+_SWEEP_S = 0.25
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) -> ``(host, port)``."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"bookie address must be host:port, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class _Connection(asyncio.Protocol):
+    """The protocol object of one TCP connection; owned by a :class:`RemoteBookieClient`."""
+
+    def __init__(self, client: RemoteBookieClient) -> None:
+        self._client = client
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.reader = p.FrameReader()
+        self.pending: dict[int, tuple[int, asyncio.Future[Any]]] = {}
+        #: (deadline, request id) of adds in send order, swept by a timer.
+        self.deadlines: collections.deque[tuple[float, int]] = collections.deque()
+        self.out: list[bytes] = []
+        self.flush_scheduled = False
+        self.closed = False
+        self.sweeper: asyncio.TimerHandle | None = None
+        self.write_ready = asyncio.Event()
+        self.write_ready.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._shutdown(BookieUnavailableError(f"connection to bookie {self._client.address} lost: {exc!r}"))
+
+    def pause_writing(self) -> None:
+        self.write_ready.clear()
+
+    def resume_writing(self) -> None:
+        self.write_ready.set()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.feed(data)
+        except p.ProtocolError as e:
+            self.abort(BookieUnavailableError(f"bookie {self._client.address} sent a bad frame: {e}"))
+            return
+        pending = self.pending
+        for _version, op, rid, body in frames:
+            if rid == 0:  # connection-level error: the bookie closes the connection
+                err = p.decode_status(body) if body else None
+                self.abort(BookieUnavailableError(f"bookie {self._client.address} closed the connection: {err}"))
+                return
+            entry = pending.pop(rid, None)
+            if entry is None:
+                continue  # timed out or cancelled meanwhile
+            req_op, fut = entry
+            if fut.done():
+                continue
+            if op != req_op | p.RESPONSE:
+                fut.set_exception(BookieError(f"bookie answered op {op} to op {req_op}"))
+                continue
+            if req_op == p.OP_ADD and len(body) == 1 and body[0] == p.OK:
+                fut.set_result(None)  # the hot path: skip the generic decoding
+                continue
+            try:
+                err = p.decode_status(body)
+                if err is not None:
+                    fut.set_exception(err)
+                elif req_op == p.OP_READ:
+                    fut.set_result(p.decode_entries(body))
+                elif req_op in (p.OP_READ_LAC, p.OP_FENCE):
+                    fut.set_result(p.decode_lac(body))
+                else:
+                    fut.set_result(None)
+            except p.ProtocolError as e:
+                fut.set_exception(BookieError(f"bad response from bookie {self._client.address}: {e}"))
+
+    # ---------------------------------------------------------------- sending
+
+    def send(self, op: int, rid: int, frame: bytes, fut: asyncio.Future[Any], deadline: float | None) -> None:
+        self.pending[rid] = (op, fut)
+        if deadline is not None:
+            self.deadlines.append((deadline, rid))
+            if self.sweeper is None:
+                self.sweeper = self._loop.call_later(_SWEEP_S, self._sweep)
+        self.out.append(frame)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        out = self.out
+        if not out or self.closed or self.transport is None:
+            return
+        self.out = []
+        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _sweep(self) -> None:
+        self.sweeper = None
+        if self.closed:
+            return
+        now = self._loop.time()
+        deadlines, pending = self.deadlines, self.pending
+        while deadlines and deadlines[0][0] <= now:
+            _, rid = deadlines.popleft()
+            entry = pending.pop(rid, None)
+            if entry is not None and not entry[1].done():
+                entry[1].set_exception(BookieUnavailableError(f"add to bookie {self._client.address} timed out"))
+        # Answered adds leave stale deadlines behind; drop them from the front too.
+        while deadlines and deadlines[0][1] not in pending:
+            deadlines.popleft()
+        if deadlines:
+            self.sweeper = self._loop.call_later(_SWEEP_S, self._sweep)
+
+    # ---------------------------------------------------------------- closing
+
+    def abort(self, exc: BookieError) -> None:
+        self._shutdown(exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _shutdown(self, exc: BookieError) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.write_ready.set()
+        if self.sweeper is not None:
+            self.sweeper.cancel()
+            self.sweeper = None
+        pending, self.pending = self.pending, {}
+        self.deadlines.clear()
+        self.out.clear()
+        for _, fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        self._client._connection_gone(self)
+
+
+class RemoteBookieClient(BookieClient):
+    """:class:`BookieClient` over TCP to the bookie at ``address`` (``host:port``).
+
+    The connection is made on first use and again after a failure. Requests issued while it
+    is being established are queued and sent once it is up (or failed if it cannot be made).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        connect_timeout_s: float = 5.0,
+        add_timeout_s: float = 30.0,
+        op_timeout_s: float = 30.0,
+    ) -> None:
+        self.address = address
+        self.host, self.port = split_address(address)
+        self.connect_timeout_s = connect_timeout_s
+        self.add_timeout_s = add_timeout_s
+        self.op_timeout_s = op_timeout_s
+        self._ids = itertools.count(1)
+        self._conn: _Connection | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        #: Requests waiting for the connection: (op, rid, frame, future, deadline).
+        self._queued: list[tuple[int, int, bytes, asyncio.Future[Any], float | None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self.connects = 0
+
+    def __repr__(self) -> str:
+        return f"RemoteBookieClient({self.address!r})"
+
+    # ---------------------------------------------------------------- connection
+
+    def _next_rid(self) -> int:
+        rid = next(self._ids) & 0xFFFFFFFF
+        return rid or next(self._ids) & 0xFFFFFFFF  # 0 is reserved for connection-level errors
+
+    def _submit(self, op: int, rid: int, frame: bytes, timeout: float | None) -> asyncio.Future[Any]:
+        if self._closed:
+            raise BookieUnavailableError(f"client of bookie {self.address} is closed")
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        deadline = None if timeout is None else loop.time() + timeout
+        conn = self._conn
+        if conn is not None:
+            conn.send(op, rid, frame, fut, deadline)
+        else:
+            self._queued.append((op, rid, frame, fut, deadline))
+            if self._connecting is None:
+                self._connecting = loop.create_task(self._connect(), name=f"bookie-connect-{self.address}")
+        return fut
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            try:
+                _, conn = await asyncio.wait_for(
+                    loop.create_connection(lambda: _Connection(self), self.host, self.port),
+                    self.connect_timeout_s,
+                )
+            except (OSError, TimeoutError) as e:
+                err = BookieUnavailableError(f"cannot connect to bookie {self.address}: {e!r}")
+                queued, self._queued = self._queued, []
+                for _, _, _, fut, _ in queued:
+                    if not fut.done():
+                        fut.set_exception(err)
+                log.debug("connect to bookie %s failed: %r", self.address, e)
+                return
+            if self._closed:
+                conn.transport.close()  # type: ignore[union-attr]
+                return
+            self.connects += 1
+            self._conn = conn
+            queued, self._queued = self._queued, []
+            for op, rid, frame, fut, deadline in queued:
+                if not fut.done():
+                    conn.send(op, rid, frame, fut, deadline)
+        finally:
+            self._connecting = None
+
+    def _connection_gone(self, conn: _Connection) -> None:
+        if self._conn is conn:
+            self._conn = None
+
+    async def _call(self, op: int, rid: int, frame: bytes) -> Any:
+        timeout = self.op_timeout_s
+        fut = self._submit(op, rid, frame, None)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError as e:
+            if self._conn is not None:
+                self._conn.pending.pop(rid, None)
+            raise BookieUnavailableError(f"request to bookie {self.address} timed out after {timeout}s") from e
+
+    # ---------------------------------------------------------------- BookieClient
+
+    def add_entry_nowait(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool = False,
+    ) -> asyncio.Future[None]:
+        """Send one add; the future resolves when the bookie has it durably (no task per add)."""
+        rid = self._next_rid()
+        frame = p.encode_add(rid, ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+        return self._submit(p.OP_ADD, rid, frame, self.add_timeout_s)
+
+    async def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        *,
+        recovery: bool = False,
+    ) -> None:
+        await self.add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
+        rid = self._next_rid()
+        return await self._call(p.OP_READ, rid, p.encode_read(rid, ledger_id, first, last))
+
+    async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
+        rid = self._next_rid()
+        return await self._call(p.OP_READ_LAC, rid, p.encode_read_lac(rid, ledger_id))
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
+        rid = self._next_rid()
+        return await self._call(p.OP_FENCE, rid, p.encode_fence(rid, ledger_id, master_key))
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        rid = self._next_rid()
+        await self._call(p.OP_DELETE, rid, p.encode_delete(rid, ledger_id))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._connecting, self.connect_timeout_s)
+        err = BookieUnavailableError(f"client of bookie {self.address} is closed")
+        queued, self._queued = self._queued, []
+        for _, _, _, fut, _ in queued:
+            if not fut.done():
+                fut.set_exception(err)
+        conn = self._conn
+        if conn is not None:
+            # Close gracefully (buffered writes go out) and fail what still waits for an answer.
+            conn.flush()
+            conn._shutdown(err)
+            if conn.transport is not None:
+                conn.transport.close()

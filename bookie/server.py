@@ -1,0 +1,299 @@
+"""The bookie's TCP server: the wire protocol (:mod:`.protocol`) in front of a :class:`Bookie`.
+
+Adds take the bookie's ``add_entry_nowait`` path: no task per add, a done-callback queues the
+response and all responses completed in one loop turn leave in one ``transport.write``. Each
+connection bounds its in-flight adds and pauses reading beyond that (and while the transport's
+write buffer is full), so a fast client cannot grow the bookie's memory without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from functools import partial
+
+from . import protocol as p
+from .api import BookieError
+from .bookie import Bookie
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ServerStats:
+    """Counters exported as metrics."""
+
+    connections: int = 0
+    connections_total: int = 0
+    adds: int = 0
+    add_errors: int = 0
+    add_bytes: int = 0
+    reads: int = 0
+    read_entries: int = 0
+    read_errors: int = 0
+    other_requests: int = 0
+    bad_frames: int = 0
+    inflight_adds: int = 0
+    read_pauses: int = 0
+
+
+class BookieServerProtocol(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, server: BookieServer) -> None:
+        self._server = server
+        self._bookie = server.bookie
+        self._stats = server.stats
+        self._reader = p.FrameReader(server.max_frame)
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._inflight = 0
+        self._max_inflight = server.max_inflight_adds
+        self._read_paused = False
+        self._write_paused = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.peer = "?"
+
+    # ---------------------------------------------------------------- transport callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._server._connections.add(self)
+        self._stats.connections += 1
+        self._stats.connections_total += 1
+        log.debug("bookie connection from %s", self.peer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._server._connections.discard(self)
+        self._stats.connections -= 1
+        self._stats.inflight_adds -= self._inflight
+        self._inflight = 0
+        for task in self._tasks:
+            task.cancel()
+        log.debug("bookie connection from %s closed: %r", self.peer, exc)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+        except p.ProtocolError as e:
+            self._fatal(p.E_BAD_REQUEST, str(e))
+            return
+        for version, op, rid, body in frames:
+            if self._closed:
+                return
+            if version != p.PROTOCOL_VERSION:
+                self._fatal(p.E_BAD_VERSION, f"protocol version {version} not supported (speaks {p.PROTOCOL_VERSION})")
+                return
+            if op == p.OP_ADD:
+                self._add(rid, body)
+            else:
+                self._request(op, rid, body)
+
+    # ---------------------------------------------------------------- requests
+
+    def _add(self, rid: int, body: bytes) -> None:
+        try:
+            lid, eid, lac, recovery, key, data = p.decode_add(body)
+        except p.ProtocolError as e:
+            self._stats.bad_frames += 1
+            self._send(p.encode_error(p.OP_ADD, rid, p.E_BAD_REQUEST, str(e)))
+            return
+        try:
+            fut = self._bookie.add_entry_nowait(lid, eid, key, lac, data, recovery)
+        except BookieError as e:
+            self._stats.add_errors += 1
+            self._send(p.encode_error(p.OP_ADD, rid, p.code_of(e), str(e)))
+            return
+        self._stats.adds += 1
+        self._stats.add_bytes += len(data)
+        self._stats.inflight_adds += 1
+        self._inflight += 1
+        if self._inflight >= self._max_inflight and not self._read_paused:
+            self._update_reading()
+        fut.add_done_callback(partial(self._add_done, rid))
+
+    def _add_done(self, rid: int, fut: asyncio.Future[None]) -> None:
+        if self._closed:
+            if not fut.cancelled():
+                fut.exception()  # consume it: nobody is left to tell
+            return
+        self._inflight -= 1
+        self._stats.inflight_adds -= 1
+        if fut.cancelled():
+            self._send(p.encode_error(p.OP_ADD, rid, p.E_UNAVAILABLE, "add cancelled"))
+        else:
+            exc = fut.exception()
+            if exc is None:
+                self._send(p.encode_ok(p.OP_ADD, rid))
+            else:
+                self._stats.add_errors += 1
+                self._send(p.encode_error(p.OP_ADD, rid, p.code_of(exc), str(exc)))
+        if self._read_paused and self._inflight <= self._max_inflight // 2:
+            self._update_reading()
+
+    def _request(self, op: int, rid: int, body: bytes) -> None:
+        if op not in p.OPS:
+            self._stats.bad_frames += 1
+            self._send(p.encode_error(op & ~p.RESPONSE, rid, p.E_BAD_REQUEST, f"unknown op {op}"))
+            return
+        task = self._loop.create_task(self._serve(op, rid, body))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, op: int, rid: int, body: bytes) -> None:
+        bookie = self._bookie
+        stats = self._stats
+        try:
+            if op == p.OP_READ:
+                lid, first, last = p.decode_read(body)
+                stats.reads += 1
+                entries = await bookie.read_entries(lid, first, last)
+                # Bound the response: the client asks again from where this one stops.
+                size = 0
+                for i, (_, data) in enumerate(entries):
+                    size += len(data)
+                    if size > p.MAX_READ_RESPONSE_BYTES and i > 0:
+                        entries = entries[:i]
+                        break
+                stats.read_entries += len(entries)
+                out = p.encode_entries(rid, entries)
+            elif op == p.OP_READ_LAC:
+                stats.other_requests += 1
+                lac, last_entry = await bookie.read_last_add_confirmed(p.decode_ledger(body))
+                out = p.encode_lac(op, rid, lac, last_entry)
+            elif op == p.OP_FENCE:
+                stats.other_requests += 1
+                lid, key = p.decode_fence(body)
+                lac, last_entry = await bookie.fence(lid, key)
+                out = p.encode_lac(op, rid, lac, last_entry)
+            else:  # OP_DELETE
+                stats.other_requests += 1
+                await bookie.delete_ledger(p.decode_ledger(body))
+                out = p.encode_ok(op, rid)
+        except p.ProtocolError as e:
+            stats.bad_frames += 1
+            out = p.encode_error(op, rid, p.E_BAD_REQUEST, str(e))
+        except BookieError as e:
+            if op == p.OP_READ:
+                stats.read_errors += 1
+            out = p.encode_error(op, rid, p.code_of(e), str(e))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug must cost one request, not the connection or the server
+            log.exception("bookie request op=%d from %s failed", op, self.peer)
+            out = p.encode_error(op, rid, p.E_INTERNAL, repr(e))
+        self._send(out)
+
+    # ---------------------------------------------------------------- output
+
+    def _send(self, frame: bytes) -> None:
+        if self._closed:
+            return
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            # Runs after every callback already queued in this loop turn: one write for all.
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out or self._closed or self._transport is None:
+            out.clear()
+            return
+        self._out = []
+        self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _update_reading(self) -> None:
+        """Pause reading while too many adds are in flight or the peer does not read its responses."""
+        if self._closed or self._transport is None:
+            return
+        want_pause = self._write_paused or self._inflight >= self._max_inflight
+        if want_pause and not self._read_paused:
+            self._read_paused = True
+            self._stats.read_pauses += 1
+            self._transport.pause_reading()
+        elif not want_pause and self._read_paused and self._inflight <= self._max_inflight // 2:
+            self._read_paused = False
+            self._transport.resume_reading()
+
+    def _fatal(self, code: int, message: str) -> None:
+        """The stream cannot be trusted any more: tell the peer (request id 0) and close."""
+        self._stats.bad_frames += 1
+        log.warning("closing bookie connection from %s: %s", self.peer, message)
+        self._send(p.encode_error(0, 0, code, message))
+        self._flush()
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()  # flushes what is buffered, then closes
+
+    def close(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._flush()
+            self._transport.close()
+
+
+class BookieServer:
+    """Serves one :class:`Bookie` on ``host:port``.
+
+    ``server = BookieServer(bookie, "0.0.0.0", 3181); await server.start()`` ...
+    ``await server.close()`` (stops accepting, lets in-flight adds finish for a bounded time,
+    closes connections; the bookie itself is closed by its owner).
+    """
+
+    def __init__(
+        self,
+        bookie: Bookie,
+        host: str = "0.0.0.0",
+        port: int = 3181,
+        *,
+        max_inflight_adds: int = 8192,
+        max_frame: int = p.MAX_FRAME,
+    ) -> None:
+        self.bookie = bookie
+        self.host = host
+        self.port = port
+        self.max_inflight_adds = max_inflight_adds
+        self.max_frame = max_frame
+        self.stats = ServerStats()
+        self._server: asyncio.Server | None = None
+        self._connections: set[BookieServerProtocol] = set()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: BookieServerProtocol(self), self.host, self.port, reuse_address=True, backlog=256
+        )
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]  # resolves port 0
+
+    async def close(self, drain_timeout: float = 5.0) -> None:
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        server.close()
+        # Give adds in flight the chance to be answered before the connections go.
+        for _ in range(int(drain_timeout / 0.01)):
+            if self.stats.inflight_adds <= 0:
+                break
+            await asyncio.sleep(0.01)
+        for conn in list(self._connections):
+            conn.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), drain_timeout)

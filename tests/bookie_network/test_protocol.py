@@ -1,0 +1,210 @@
+"""Bookie wire protocol: round trips through a real BookieServer + Bookie, and malformed frames.
+
+The server runs in the test's event loop in front of a real bookie on tmp_path; clients are the
+real :class:`RemoteBookieClient` or raw sockets for frames no client would send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from magnetar.bookie import protocol as p
+from magnetar.bookie.api import (
+    BookieFencedError,
+    BookieNoSuchEntryError,
+    BookieReadOnlyError,
+    BookieUnauthorizedError,
+    BookieUnavailableError,
+)
+from magnetar.bookie.bookie import Bookie
+from magnetar.bookie.config import BookieConfig
+from magnetar.bookie.remote import RemoteBookieClient
+from magnetar.bookie.server import BookieServer
+
+pytestmark = pytest.mark.timeout(30)
+
+KEY = b"key"
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[Bookie, BookieServer]]:
+    bookie = Bookie(BookieConfig(data_dir=tmp_path / "b", min_free_bytes=0, checkpoint_interval_s=3600))
+    await bookie.start()
+    server = BookieServer(bookie, "127.0.0.1", 0, max_inflight_adds=64)
+    await server.start()
+    yield bookie, server
+    await server.close()
+    await bookie.close()
+
+
+def _client(server: BookieServer, **kw: float) -> RemoteBookieClient:
+    return RemoteBookieClient(f"127.0.0.1:{server.port}", **kw)
+
+
+async def test_round_trips(served: tuple[Bookie, BookieServer]) -> None:
+    bookie, server = served
+    c = _client(server)
+    try:
+        futs = [c.add_entry_nowait(7, e, KEY, e - 1, b"x%d" % e * 10) for e in range(500)]
+        await asyncio.wait_for(asyncio.gather(*futs), 10)
+        await c.add_entry(7, 500, KEY, 499, b"", recovery=True)  # empty entry, recovery flag
+        got = await c.read_entries(7, 0, 600)
+        assert [e for e, _ in got] == list(range(501))
+        assert got[3][1] == b"x3" * 10 and got[500][1] == b""
+        assert await c.read_last_add_confirmed(7) == (499, 500)
+        with pytest.raises(BookieNoSuchEntryError):
+            await c.read_entries(7, 1000, 1001)
+        with pytest.raises(BookieNoSuchEntryError):
+            await c.read_last_add_confirmed(8)
+        with pytest.raises(BookieUnauthorizedError):
+            await c.add_entry(7, 501, b"other", 500, b"d")
+        with pytest.raises(BookieUnauthorizedError):
+            await c.fence(7, b"other")
+        assert await c.fence(7, KEY) == (499, 500)
+        with pytest.raises(BookieFencedError):
+            await c.add_entry(7, 501, KEY, 500, b"d")
+        await c.add_entry(7, 501, KEY, 500, b"d", recovery=True)
+        bookie.set_read_only(True)
+        with pytest.raises(BookieReadOnlyError):
+            await c.add_entry(9, 0, KEY, -1, b"d")
+        bookie.set_read_only(False)
+        await c.delete_ledger(7)
+        with pytest.raises(BookieNoSuchEntryError):
+            await c.read_entries(7, 0, 0)
+        big = bytes(range(256)) * 8192  # 2 MiB entry, arrives in many pieces
+        await c.add_entry(10, 0, KEY, -1, big)
+        assert (await c.read_entries(10, 0, 0))[0][1] == big
+        assert c.connects == 1
+        assert server.stats.adds >= 503
+    finally:
+        await c.close()
+    with pytest.raises(BookieUnavailableError):
+        await c.read_last_add_confirmed(10)
+
+
+async def test_unreachable_and_reconnect(served: tuple[Bookie, BookieServer], tmp_path: Path) -> None:
+    _, server = served
+    dead = RemoteBookieClient("127.0.0.1:1", connect_timeout_s=1)
+    with pytest.raises(BookieUnavailableError):
+        await dead.add_entry(1, 0, KEY, -1, b"x")
+    await dead.close()
+    c = _client(server)
+    try:
+        await c.add_entry(1, 0, KEY, -1, b"x")
+        # Drop every server-side connection: the next call reconnects.
+        for conn in list(server._connections):
+            conn.close()
+        for _ in range(100):
+            if c._conn is None:
+                break
+            await asyncio.sleep(0.01)
+        assert await c.read_entries(1, 0, 0) == [(0, b"x")]
+        assert c.connects == 2
+    finally:
+        await c.close()
+
+
+async def test_add_timeout(tmp_path: Path) -> None:
+    """A bookie that accepts the connection but never answers: the add fails within its timeout."""
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c = RemoteBookieClient(f"127.0.0.1:{port}", add_timeout_s=0.5, op_timeout_s=0.5)
+    try:
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(BookieUnavailableError, match="timed out"):
+            await c.add_entry(1, 0, KEY, -1, b"x")
+        with pytest.raises(BookieUnavailableError, match="timed out"):
+            await c.read_last_add_confirmed(1)
+        assert asyncio.get_running_loop().time() - t0 < 3
+    finally:
+        await c.close()
+        server.close()
+
+
+async def _raw(server: BookieServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", server.port)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, int, int, bytes]:
+    header = await asyncio.wait_for(reader.readexactly(p.HEADER_SIZE), 5)
+    length, version, op, rid = p.HEADER.unpack(header)
+    body = await asyncio.wait_for(reader.readexactly(length - p.HEADER_REST), 5)
+    return version, op, rid, body
+
+
+async def test_malformed_frames_get_errors(served: tuple[Bookie, BookieServer]) -> None:
+    _, server = served
+    good = _client(server)
+    try:
+        await good.add_entry(1, 0, KEY, -1, b"x")
+        reader, writer = await _raw(server)
+        # A truncated add body, a key longer than the frame, an unknown op, a short read request:
+        # each gets BAD_REQUEST and the connection goes on.
+        bad = [
+            p.HEADER.pack(p.HEADER_REST + 3, 1, p.OP_ADD, 11) + b"abc",
+            p.HEADER.pack(p.HEADER_REST + p.ADD_FIXED.size, 1, p.OP_ADD, 12) + p.ADD_FIXED.pack(1, 1, 0, 0, 999),
+            p.HEADER.pack(p.HEADER_REST, 1, 42, 13),
+            p.HEADER.pack(p.HEADER_REST + 4, 1, p.OP_READ, 14) + b"\0\0\0\0",
+            p.HEADER.pack(p.HEADER_REST + 3, 1, p.OP_FENCE, 15) + b"\0\0\0",
+        ]
+        writer.write(b"".join(bad))
+        for rid in range(11, 16):
+            _, op, got_rid, body = await _read_frame(reader)
+            assert got_rid == rid and op & p.RESPONSE and body[0] == p.E_BAD_REQUEST
+        writer.write(p.encode_read_lac(16, 1))
+        _, _, rid, body = await _read_frame(reader)
+        assert rid == 16 and p.decode_lac(body) == (-1, 0)
+        # An impossible length: error with request id 0, then the server closes.
+        writer.write(struct.pack(">I", 0xFFFFFFF0) + b"\x01\x01\0\0\0\x01")
+        _, _, rid, body = await _read_frame(reader)
+        assert rid == 0 and body[0] == p.E_BAD_REQUEST
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        # A version nobody speaks: error and close as well.
+        reader, writer = await _raw(server)
+        writer.write(p.HEADER.pack(p.HEADER_REST + 8, 99, p.OP_READ_LAC, 5) + b"\0" * 8)
+        _, _, rid, body = await _read_frame(reader)
+        assert rid == 0 and body[0] == p.E_BAD_VERSION
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        # Garbage then a half frame and a hang-up: nothing to answer, nothing breaks.
+        reader, writer = await _raw(server)
+        writer.write(b"\0\0\0")
+        writer.close()
+        # The well-behaved connection never noticed any of this.
+        await good.add_entry(1, 1, KEY, 0, b"y")
+        assert await good.read_entries(1, 0, 1) == [(0, b"x"), (1, b"y")]
+        assert good.connects == 1
+        assert server.stats.bad_frames >= 7
+    finally:
+        await good.close()
+
+
+async def test_back_pressure_pauses_reading(served: tuple[Bookie, BookieServer]) -> None:
+    """More adds in flight than the per-connection bound: reading pauses, everything still completes."""
+    _, server = served
+    c = _client(server)
+    try:
+        futs = [c.add_entry_nowait(3, e, KEY, e - 1, b"z" * 100) for e in range(2000)]
+        await asyncio.wait_for(asyncio.gather(*futs), 20)
+        assert server.stats.read_pauses >= 1
+        assert server.stats.inflight_adds == 0
+        assert len(await c.read_entries(3, 0, 1999)) == 2000
+    finally:
+        await c.close()
+
+
+def test_frame_reader_splits_anywhere() -> None:
+    frames = b"".join(p.encode_add(i + 1, 1, i, KEY, i - 1, b"d" * i) for i in range(20))
+    for step in (1, 3, 7, 64, len(frames)):
+        reader = p.FrameReader()
+        got = []
+        for i in range(0, len(frames), step):
+            got.extend(reader.feed(frames[i : i + step]))
+        assert [rid for _, _, rid, _ in got] == list(range(1, 21))
+        assert [p.decode_add(body)[5] for *_, body in got] == [b"d" * i for i in range(20)]
