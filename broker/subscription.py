@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -35,6 +36,7 @@ class Subscription:
         self.cursor = cursor
         self.sub_type: int | None = None
         self.dispatcher: Dispatcher | None = None
+        self._retired: asyncio.Task[None] | None = None
         self.consumers: list[Consumer] = []
         #: How often each pending position has been redelivered (sent in MESSAGE.redelivery_count).
         self.redelivery_counts: dict[Position, int] = {}
@@ -78,8 +80,12 @@ class Subscription:
             consumer.set_max_unacked(eff.max_unacked_messages_per_consumer)
         self.topic.last_active = time.monotonic()
         if self.dispatcher is None or self.sub_type != consumer.sub_type:
-            self.sub_type = consumer.sub_type
+            # No consumers left of the old type (else the type check above refused): retire its dispatcher.
+            old = self.dispatcher
             self.dispatcher = self._make_dispatcher(consumer.sub_type)
+            self.sub_type = consumer.sub_type
+            if old is not None:
+                self._retired = asyncio.get_running_loop().create_task(old.close())
         self.dispatcher.add_consumer(consumer)  # may refuse (e.g. a Key_Shared range conflict)
         self.consumers.append(consumer)
 
