@@ -240,6 +240,11 @@ class SharedDispatcher(Dispatcher):
         self.redelivery.update(positions)
         self.wakeup()
 
+    def release_delayed(self, positions: list[Position]) -> None:
+        """Delayed entries that became due go out ahead of new reads (not counted as redeliveries)."""
+        self.redelivery.update(positions)
+        self.wakeup()
+
     def _budget(self) -> int:
         total = sum(c.permits for c in self.consumers if c.available)
         return min(total, self.max_read_batch)
@@ -313,7 +318,7 @@ class DelayedDeliveryTracker:
     and they come back here.
     """
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: SharedDispatcher) -> None:
         self.dispatcher = dispatcher
         self._heap: list[tuple[int, Position]] = []
         self._held: set[Position] = set()
@@ -371,8 +376,7 @@ class DelayedDeliveryTracker:
             self._held.discard(position)
             due.append(position)
         if due:
-            self.dispatcher.redelivery.update(due)
-            self.dispatcher.wakeup()
+            self.dispatcher.release_delayed(due)
         self._arm(tick, strict)
 
     def close(self) -> None:

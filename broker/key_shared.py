@@ -557,6 +557,7 @@ class KeySharedDispatcher(SharedDispatcher):
         """Send each entry to its key's consumer if allowed now; park the rest (in order, per key)."""
         select = self.selector.select
         metas = [entry_meta(e.data) for e in entries]
+        entries, metas = self.delayed.hold(entries, metas)  # not yet due: kept by the tracker
         groups: dict[Consumer, list[int]] = {}
         for i, meta in enumerate(metas):
             h = sticky_key_hash(meta.sticky_key)
@@ -600,6 +601,12 @@ class KeySharedDispatcher(SharedDispatcher):
                 consumer.send(out, counts, out_metas)
         if len(hashes) > self._hashes_cap or self._held_adds > self._hashes_cap:
             self._compact()
+
+    def release_delayed(self, positions: list[Position]) -> None:
+        """Delayed entries that became due: replay them like parked ones (hashes are learnt on replay)."""
+        self.redelivery.update(positions)
+        self._index_parked(positions)
+        self.wakeup()
 
     def _park(self, position: Position, h: int, owner: Consumer | None) -> None:
         """Keep an entry for later delivery (ahead of new reads)."""

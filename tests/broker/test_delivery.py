@@ -213,3 +213,14 @@ def test_batch_stats_count_entries_and_messages(
     assert stats["msgInCounter"] == 20  # messages
     assert internal["numberOfEntries"] < 20  # entries (batches)
     assert stats["subscriptions"]["b"]["msgBacklog"] == internal["numberOfEntries"]
+
+
+def test_delayed_delivery_on_key_shared(client: pulsar.Client, topic_name: str) -> None:
+    consumer = client.subscribe(topic_name, "ks", consumer_type=pulsar.ConsumerType.KeyShared, initial_position=E)
+    producer = client.create_producer(topic_name, batching_enabled=False)
+    sent = time.time()
+    producer.send(b"later", partition_key="a", deliver_after=timedelta(seconds=3))
+    producer.send(b"now", partition_key="b")
+    assert consumer.receive(timeout_millis=2000).data() == b"now"
+    later = consumer.receive(timeout_millis=6000)
+    assert later.data() == b"later" and time.time() - sent >= 1.9
