@@ -224,3 +224,24 @@ def test_delayed_delivery_on_key_shared(client: pulsar.Client, topic_name: str) 
     assert consumer.receive(timeout_millis=2000).data() == b"now"
     later = consumer.receive(timeout_millis=6000)
     assert later.data() == b"later" and time.time() - sent >= 1.9
+
+
+def test_retry_letter_topic_flow(client: pulsar.Client, topic_name: str) -> None:
+    """What a client's ``reconsumeLater`` does (the Python client has no such call): republish to
+    ``<topic>-<sub>-RETRY`` with a delay and the retry properties, consumed by the same multi-topic
+    Shared consumer once due."""
+    retry_topic = f"{topic_name}-s-RETRY"
+    consumer = client.subscribe([topic_name, retry_topic], "s", consumer_type=Shared, initial_position=E)
+    client.create_producer(topic_name, batching_enabled=False).send(b"try again")
+    first = consumer.receive(timeout_millis=5000)
+    retry = client.create_producer(retry_topic, batching_enabled=False)
+    retry.send(
+        first.data(),
+        properties={"RECONSUMETIMES": "1", "REAL_TOPIC": topic_name, "ORIGIN_MESSAGE_ID": str(first.message_id())},
+        deliver_after=timedelta(seconds=2),
+    )
+    consumer.acknowledge(first)
+    started = time.time()
+    again = consumer.receive(timeout_millis=8000)
+    assert again.data() == b"try again" and again.properties()["RECONSUMETIMES"] == "1"
+    assert again.topic_name() == retry_topic and time.time() - started >= 0.9
