@@ -26,6 +26,8 @@ class BrokerConfig:
     broker_service_port: int = 6650
     web_service_port: int = 8080
     data_dir: str = "data"
+    #: Metadata store of a cluster broker (``etcd://host:port[,host:port]``); standalone embeds its own.
+    metadata_store_url: str = ""
     #: Largest message (payload + metadata) a producer may send; the frame limit adds 10 KiB.
     max_message_size: int = 5 * 1024 * 1024
     keep_alive_interval_seconds: int = 30
@@ -137,9 +139,17 @@ def read_properties(path: Path) -> dict[str, str]:
     return values
 
 
-def load_config(config_file: str | None, overrides: dict[str, Any], env: dict[str, str] | None = None) -> BrokerConfig:
-    """Build the effective configuration: defaults < file < ``MAGNETAR_*`` env < ``overrides``."""
+def load_config(
+    config_file: str | None,
+    overrides: dict[str, Any],
+    env: dict[str, str] | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> BrokerConfig:
+    """Build the effective configuration: defaults (``defaults`` over the built-in ones) < file <
+    ``MAGNETAR_*`` env < ``overrides``."""
     config = BrokerConfig()
+    if defaults:
+        config.apply(defaults)
     if config_file:
         config.apply(read_properties(Path(config_file)))
     env = os.environ if env is None else env

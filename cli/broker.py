@@ -1,0 +1,91 @@
+"""``magnetar broker``: a broker of a cluster, with metadata in etcd and ledgers on remote bookies."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from magnetar.cli.logs import setup_logging
+from magnetar.cli.node import BrokerNode, run_event_loop, serve_until_signalled
+
+log = logging.getLogger("magnetar.broker")
+
+#: Pulsar's broker.conf defaults for replication (standalone uses 1/1/1).
+CLUSTER_DEFAULTS = {
+    "managedLedgerDefaultEnsembleSize": 2,
+    "managedLedgerDefaultWriteQuorum": 2,
+    "managedLedgerDefaultAckQuorum": 2,
+    "clusterName": "magnetar",
+}
+
+
+class ClusterNotInitializedError(RuntimeError):
+    """The metadata store has no record of this cluster."""
+
+
+async def start_cluster_broker(node: BrokerNode) -> None:
+    """Connect to the metadata store and the registered bookies, then start the broker."""
+    from magnetar.broker.resources import Resources
+    from magnetar.ledger.etcd_registry import MetadataBookieRegistry
+    from magnetar.metadata import open_metadata_store
+
+    config = node.config
+    if not config.metadata_store_url:
+        raise SystemExit("magnetar broker needs --metadata-url etcd://host:port")
+    store = open_metadata_store(config.metadata_store_url)
+    node.on_close(store.close)
+    if await Resources(store).get_cluster(config.cluster_name) is None:
+        raise ClusterNotInitializedError(
+            f"cluster {config.cluster_name!r} is not initialized in {config.metadata_store_url}: "
+            "run `magnetar initialize-cluster-metadata` first"
+        )
+    registry = MetadataBookieRegistry(store)
+    await registry.start()  # closed by the ledger client
+    service = await node.start_broker(store, registry)
+    log.info(
+        "magnetar broker ready: cluster %s, binary protocol on %s:%d, HTTP on %s:%d, metadata %s",
+        config.cluster_name,
+        config.bind_address,
+        service.port,
+        config.bind_address,
+        config.web_service_port,
+        config.metadata_store_url,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from magnetar.broker.config import load_config
+
+    setup_logging(args.log_level)
+    config = load_config(
+        args.config,
+        {
+            "metadata_store_url": args.metadata_url,
+            "cluster_name": args.cluster,
+            "broker_service_port": args.port,
+            "web_service_port": args.http_port,
+            "bind_address": args.bind_address,
+            "advertised_address": args.advertised_address,
+        },
+        defaults=CLUSTER_DEFAULTS,
+    )
+    try:
+        run_event_loop(serve_until_signalled(start_cluster_broker, BrokerNode(config)))
+    except ClusterNotInitializedError as exc:
+        log.error("%s", exc)
+        return 1
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("broker", help="run a cluster broker (metadata in etcd, ledgers on bookies)")
+    p.add_argument("--metadata-url", help="etcd://host:port[,host:port] (metadataStoreUrl)")
+    p.add_argument("--cluster", help="cluster name (clusterName, default magnetar)")
+    p.add_argument("--port", type=int, help="binary protocol port (brokerServicePort, default 6650)")
+    p.add_argument("--http-port", type=int, help="HTTP port (webServicePort, default 8080)")
+    p.add_argument("--bind-address", help="address to listen on (bindAddress, default 0.0.0.0)")
+    p.add_argument("--advertised-address", help="host name clients are told to use (advertisedAddress)")
+    p.add_argument("--config", help="a Pulsar-style key=value configuration file (e.g. broker.conf)")
+    p.add_argument("--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"))
+    p.set_defaults(run=run)

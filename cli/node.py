@@ -1,0 +1,98 @@
+"""Assembly of a broker process shared by ``magnetar standalone`` and ``magnetar broker``.
+
+Data flows metadata store + bookie registry -> ledger client -> managed ledgers -> broker service,
+with the web service (admin API, lookup, metrics) on top. Components close in reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported lazily, so light sub-commands (admin) never load the broker
+    from aiohttp import web
+
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.service import BrokerService
+    from magnetar.ledger.registry import BookieRegistry
+    from magnetar.metadata.api import MetadataStore
+
+log = logging.getLogger("magnetar.node")
+
+
+class BrokerNode:
+    """A broker and everything it owns; :meth:`close` undoes what was started, last first."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.service: BrokerService | None = None
+        self._closers: list[Callable[[], Awaitable[Any]]] = []
+        self._http: web.AppRunner | None = None
+
+    def on_close(self, closer: Callable[[], Awaitable[Any]]) -> None:
+        """Register something to close (after everything registered later)."""
+        self._closers.append(closer)
+
+    async def start_broker(self, store: MetadataStore, registry: BookieRegistry) -> BrokerService:
+        """Ledger client, managed ledgers, broker service and web service over ``store`` and ``registry``."""
+        from aiohttp import web
+
+        from magnetar.broker.admin.app import build_app
+        from magnetar.broker.service import BrokerService
+        from magnetar.ledger.client import BookieLedgerClient
+        from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
+
+        config = self.config
+        ledger_client = BookieLedgerClient(store, registry)
+        self.on_close(ledger_client.close)
+        factory = ManagedLedgerFactoryImpl(store, ledger_client)
+        self.on_close(factory.close)
+        service = BrokerService(config, store, factory)
+        self.service = service
+        await service.start()
+        self.on_close(service.close)
+        self._http = web.AppRunner(build_app(service), access_log=None)
+        await self._http.setup()
+        site = web.TCPSite(self._http, config.bind_address, config.web_service_port, reuse_address=True)
+        await site.start()
+        self.on_close(self._http.cleanup)
+        return service
+
+    async def close(self) -> None:
+        """Close components in reverse order of start; each step is bounded."""
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                await asyncio.wait_for(closer(), 30)
+            except Exception:
+                log.exception("error during shutdown")
+
+
+async def serve_until_signalled(start: Callable[[BrokerNode], Awaitable[None]], node: BrokerNode) -> None:
+    """Run ``start(node)``, wait for SIGTERM/SIGINT, then close the node cleanly."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await start(node)
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await node.close()
+    log.info("stopped")
+
+
+def run_event_loop(main: Awaitable[None]) -> None:
+    """Run ``main`` on uvloop where available."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        asyncio.run(main)  # type: ignore[arg-type]
+    else:
+        uvloop.run(main)  # type: ignore[arg-type]
