@@ -89,6 +89,8 @@ class Bookie:
         self._read_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock_fds: list[int] = []
+        #: How often free disk space is compared with ``min_free_bytes`` (the networked bookie shortens it).
+        self.free_space_check_interval_s = _FREE_SPACE_EVERY_S
 
     @property
     def address(self) -> str:
@@ -464,7 +466,7 @@ class Bookie:
         while True:
             await asyncio.sleep(_CHECK_TICK_S)
             now = time.monotonic()
-            if now - last_space_check >= _FREE_SPACE_EVERY_S:
+            if now - last_space_check >= self.free_space_check_interval_s:
                 last_space_check = now
                 await self._check_free_space()
             due = now - self._last_checkpoint >= cfg.checkpoint_interval_s

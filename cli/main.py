@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from magnetar.cli import admin, standalone
+from magnetar.cli import admin, bookie, initialize, standalone
+from magnetar.cli import broker as broker_cli
 from magnetar.operator import cli as operator_cli
 
 
@@ -16,7 +17,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     standalone.add_parser(sub)
+    broker_cli.add_parser(sub)
+    initialize.add_parser(sub)
     admin.add_parser(sub)
+    bookie.add_parser(sub)
     operator_cli.add_parser(sub)
     args = parser.parse_args(argv)
     return int(args.run(args) or 0)

@@ -1,0 +1,261 @@
+"""``magnetar bookie``: one networked bookie of a cluster.
+
+Start-up order: metadata store -> cookie check (refuses swapped or wiped disks) -> bookie
+storage (journal replay) -> TCP server -> registration (leased key) -> HTTP. Shutdown
+(SIGTERM/SIGINT) goes in reverse, so the bookie leaves placement before it stops answering.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from magnetar.cli.logs import setup_logging
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from magnetar.bookie.bookie import Bookie
+    from magnetar.bookie.registration import BookieRegistration
+    from magnetar.bookie.server import BookieServer
+
+log = logging.getLogger("magnetar.bookie")
+
+#: Exit status when the cookie check refuses to start (distinct from crashes, for scripts and tests).
+EXIT_COOKIE_MISMATCH = 3
+
+
+class BookieNode:
+    """The assembled bookie process; :meth:`start` brings it up, :meth:`close` takes it down in reverse."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self._closers: list[Any] = []
+        self.bookie: Bookie | None = None
+        self.server: BookieServer | None = None
+        self.registration: BookieRegistration | None = None
+        self.address = ""
+
+    async def start(self) -> None:
+        from magnetar.bookie.bookie import Bookie
+        from magnetar.bookie.config import BookieConfig
+        from magnetar.bookie.cookie import verify_or_create_cookie
+        from magnetar.bookie.registration import BookieRegistration
+        from magnetar.bookie.server import BookieServer
+        from magnetar.metadata import open_metadata_store
+
+        a = self.args
+        data_dir, journal_dir = Path(a.data_dir), Path(a.journal_dir)  # made absolute by run()
+        ledger_dirs = [Path(d) for d in a.ledger_dirs]
+        host = a.advertised_address or ("127.0.0.1" if a.bind_address in ("0.0.0.0", "::") else a.bind_address)
+        self.address = f"{host}:{a.port}"
+
+        store = open_metadata_store(a.metadata_url)
+        start = getattr(store, "start", None)
+        if start is not None:
+            await start()
+        self._closers.append(store.close)
+
+        cookie = await verify_or_create_cookie(store, self.address, journal_dir, ledger_dirs)
+
+        bookie = self.bookie = Bookie(
+            BookieConfig(
+                data_dir=data_dir,
+                address=self.address,
+                journal_dir=journal_dir,
+                ledger_dir=ledger_dirs[0],
+                min_free_bytes=a.min_free_bytes,
+            )
+        )
+        bookie.free_space_check_interval_s = a.disk_check_interval
+        await bookie.start()
+        self._closers.append(bookie.close)
+
+        server = self.server = BookieServer(bookie, a.bind_address, a.port, max_inflight_adds=a.max_inflight_adds)
+        await server.start()
+        self._closers.append(server.close)
+
+        info: dict[str, Any] = {"instanceId": cookie.instance_id}
+        if a.http_port is not None:
+            info["httpAddress"] = f"{host}:{a.http_port}"
+        reg = self.registration = BookieRegistration(store, bookie, self.address, ttl_s=a.registration_ttl, info=info)
+        await reg.start()
+        self._closers.append(reg.close)
+
+        if a.http_port is not None:
+            runner = await self._start_http(a.bind_address, a.http_port)
+            self._closers.append(runner.cleanup)
+        log.info(
+            "bookie %s listening on %s:%d (http %s), journal %s, ledgers %s, instance %s",
+            self.address,
+            a.bind_address,
+            server.port,
+            a.http_port if a.http_port is not None else "off",
+            journal_dir,
+            ledger_dirs[0],
+            cookie.instance_id,
+        )
+
+    # ---------------------------------------------------------------- HTTP
+
+    async def _start_http(self, host: str, port: int) -> web.AppRunner:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/ready", self._ready)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/api/v1/bookie/state/readonly", self._get_readonly)
+        app.router.add_put("/api/v1/bookie/state/readonly", self._put_readonly)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, host, port, reuse_address=True).start()
+        return runner
+
+    def _running(self) -> bool:
+        from magnetar.bookie.bookie import BookieStatus
+
+        return self.bookie is not None and self.bookie.status is BookieStatus.RUNNING
+
+    async def _health(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
+        ok = self._running()
+        return web.json_response({"status": "ok" if ok else "down"}, status=200 if ok else 503)
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        """Ready = serving and registered (read-only bookies are ready: they serve reads)."""
+        from aiohttp import web
+
+        reg = self.registration
+        ok = self._running() and reg is not None and reg.registered
+        body = {"ready": ok, "readOnly": None if reg is None else reg.read_only}
+        return web.json_response(body, status=200 if ok else 503)
+
+    async def _get_readonly(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
+        assert self.bookie is not None
+        return web.json_response({"readOnly": self.bookie.read_only})
+
+    async def _put_readonly(self, request: web.Request) -> web.Response:
+        """BookKeeper's admin call: ``{"readOnly": true}`` takes the bookie out of placement."""
+        from aiohttp import web
+
+        try:
+            body = await request.json()
+            value = body["readOnly"]
+            if not isinstance(value, bool):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"reason": 'expected {"readOnly": true|false}'}, status=400)
+        assert self.bookie is not None
+        self.bookie.set_read_only(value)
+        return web.json_response({"readOnly": self.bookie.read_only})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
+        lines: list[str] = []
+
+        def metric(name: str, kind: str, value: float, help_text: str) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+            lines.append(f'{name}{{bookie="{self.address}"}} {value}')
+
+        if self.server is not None:
+            s = self.server.stats
+            metric("bookie_add_entry_total", "counter", s.adds, "Adds accepted")
+            metric("bookie_add_entry_errors_total", "counter", s.add_errors, "Adds refused or failed")
+            metric("bookie_add_entry_bytes_total", "counter", s.add_bytes, "Entry bytes added")
+            metric("bookie_add_entry_inflight", "gauge", s.inflight_adds, "Adds waiting for the journal")
+            metric("bookie_read_requests_total", "counter", s.reads, "Read requests")
+            metric("bookie_read_entries_total", "counter", s.read_entries, "Entries returned by reads")
+            metric("bookie_read_errors_total", "counter", s.read_errors, "Failed read requests")
+            metric("bookie_other_requests_total", "counter", s.other_requests, "Fence, LAC and delete requests")
+            metric("bookie_bad_frames_total", "counter", s.bad_frames, "Malformed frames received")
+            metric("bookie_connections", "gauge", s.connections, "Open client connections")
+            metric("bookie_connections_total", "counter", s.connections_total, "Accepted connections")
+            metric("bookie_read_pauses_total", "counter", s.read_pauses, "Back-pressure pauses of reading")
+        if self.bookie is not None:
+            metric("bookie_read_only", "gauge", int(self.bookie.read_only), "1 while the bookie refuses adds")
+            metric("bookie_ledgers", "gauge", len(self.bookie.ledger_ids()), "Ledgers stored")
+            metric("bookie_up", "gauge", int(self._running()), "1 while the bookie is running")
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def close(self) -> None:
+        """Close components in reverse order of start; each step is bounded."""
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                await asyncio.wait_for(closer(), 30)
+            except Exception:
+                log.exception("error during bookie shutdown")
+
+
+async def serve(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT, then shut down cleanly."""
+    from magnetar.bookie.cookie import CookieMismatchError
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    node = BookieNode(args)
+    try:
+        try:
+            await node.start()
+        except CookieMismatchError as e:
+            log.error("refusing to start: %s", e)
+            return EXIT_COOKIE_MISMATCH
+        await stop.wait()
+        log.info("shutting down bookie %s", node.address)
+    finally:
+        await node.close()
+    log.info("bookie stopped")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level)
+    args.data_dir = os.path.abspath(args.data_dir)
+    args.journal_dir = os.path.abspath(args.journal_dir or os.path.join(args.data_dir, "journal"))
+    dirs = args.ledger_dirs.split(",") if args.ledger_dirs else [os.path.join(args.data_dir, "ledgers")]
+    args.ledger_dirs = [os.path.abspath(d) for d in dirs if d]
+    if len(args.ledger_dirs) != 1:
+        log.error("exactly one ledger directory is supported so far, got %s", args.ledger_dirs)
+        return 2
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(serve(args))
+    return uvloop.run(serve(args))
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    env = os.environ.get
+    p = sub.add_parser("bookie", help="run one networked bookie (storage node of a cluster)")
+    p.add_argument("--metadata-url", required=True, help="metadata store, e.g. etcd://host:2379[,host:2379]")
+    p.add_argument("--data-dir", default="data/bookie", help="base of the default directories (./data/bookie)")
+    p.add_argument("--journal-dir", help="journal directory (default <data-dir>/journal)")
+    p.add_argument("--ledger-dirs", help="entry log + index directory (default <data-dir>/ledgers)")
+    p.add_argument("--port", type=int, default=3181, help="bookie protocol port (default 3181)")
+    p.add_argument("--bind-address", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--advertised-address", help="host name other nodes use (default 127.0.0.1 / bind address)")
+    p.add_argument("--http-port", type=int, help="HTTP port for /health, /ready and /metrics (off if unset)")
+    p.add_argument("--min-free-bytes", type=int, default=256 * 1024 * 1024, help="read-only below this free space")
+    p.add_argument("--disk-check-interval", type=float, default=10.0, help="seconds between free-space checks")
+    p.add_argument("--registration-ttl", type=float, default=10.0, help="lease TTL of the registration (s)")
+    p.add_argument("--max-inflight-adds", type=int, default=8192, help="per connection, before reads pause")
+    p.add_argument("--log-level", default=env("MAGNETAR_LOG_LEVEL", "INFO"))
+    p.set_defaults(run=run)
+
+
+__all__ = ["EXIT_COOKIE_MISMATCH", "BookieNode", "add_parser"]
