@@ -1,0 +1,424 @@
+"""The ``pulsar`` data source for PySpark 4.x (``pyspark.sql.datasource``): batch/streaming read and write.
+
+Planning (topic resolution, offsets, admission control) runs on the driver with the admin API and a
+driver-side client; ``read``/``write`` run on executors in other processes, on pickled copies of the
+reader/writer, so clients are created lazily there and never pickled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from magnetar.spark import client_io
+from magnetar.spark.admin import Admin
+from magnetar.spark.offsets import (
+    EARLIEST,
+    Offset,
+    Position,
+    after,
+    clamp,
+    data_lost,
+    fair_shares,
+    load_offset,
+    split_range,
+    to_json_dict,
+)
+from magnetar.spark.options import (
+    EARLIEST as EARLIEST_WORD,
+)
+from magnetar.spark.options import (
+    LATEST,
+    SinkOptions,
+    SourceOptions,
+    coerce_client_options,
+    producer_name,
+    sequence_id,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEMA = (
+    "value binary, __key string, __topic string, __messageId string, __publishTime timestamp, "
+    "__eventTime timestamp, __messageProperties map<string,string>"
+)
+
+
+class TopicRange(InputPartition):
+    """One Spark partition: ``[start, end)`` of one topic partition (positions as ``L:E:B`` text)."""
+
+    def __init__(self, topic: str, start: str, end: str) -> None:
+        super().__init__((topic, start, end))
+        self.topic, self.start, self.end = topic, start, end
+
+
+class PulsarDataSource(DataSource):
+    """``spark.read.format("pulsar")`` / ``readStream`` / ``write`` / ``writeStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pulsar"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return PulsarBatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return PulsarStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return PulsarBatchWriter(SinkOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return PulsarStreamWriter(SinkOptions.parse(self.options))
+
+
+# ----------------------------------------------------------------------------------------------- reading
+class _Planner:
+    """Driver-side planning shared by the batch and the stream reader; holds a lazily made client."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.admin = Admin(opts.admin_url)
+        self._client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get a pickled copy: never ship a client (it holds threads and sockets).
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = client_io.make_client(self.opts.service_url, coerce_client_options(self.opts.client_options))
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def topic_partitions(self) -> list[str]:
+        """Concrete topics to read now (patterns and partition counts re-resolved on every call)."""
+        if self.opts.topics_pattern:
+            return self.admin.matching(self.opts.topics_pattern)
+        out: list[str] = []
+        for topic in self.opts.topics:
+            out.extend(self.admin.expand(topic))
+        return out
+
+    def ends(self, partitions: Sequence[str]) -> Offset:
+        return {p: self.admin.end_position(p) for p in partitions}
+
+    def _resolve(self, spec: Any, time_ms: int | None, partitions: Sequence[str], ends: Offset, default: str) -> Offset:
+        out: Offset = {}
+        for p in partitions:
+            if time_ms is not None:
+                out[p] = client_io.position_at_time(self.client, p, time_ms, ends[p], self.opts.poll_timeout_ms)
+                continue
+            value: Any = spec
+            if isinstance(spec, dict):
+                base = p.rsplit("-partition-", 1)[0]
+                value = spec.get(p, spec.get(base, default))
+            if value == EARLIEST_WORD:
+                out[p] = EARLIEST
+            elif value == LATEST:
+                out[p] = ends[p]
+            else:
+                out[p] = value
+        return out
+
+    def starts(self, partitions: Sequence[str], ends: Offset) -> Offset:
+        return self._resolve(self.opts.starting, self.opts.starting_time, partitions, ends, EARLIEST_WORD)
+
+    def batch_ends(self, partitions: Sequence[str], ends: Offset) -> Offset:
+        resolved = self._resolve(self.opts.ending, self.opts.ending_time, partitions, ends, LATEST)
+        return {p: min(resolved[p], ends[p]) for p in partitions}
+
+    def check_loss(self, topic: str, start: Position, ledgers: list[tuple[int, int]]) -> None:
+        if not self.opts.fail_on_data_loss or start.is_earliest:
+            return
+        committed = self._committed(topic)
+        if data_lost(start, ledgers[0][0] if ledgers else None, committed):
+            raise client_io.DataLossError(
+                f"{topic}: messages from {start} are no longer available (retention/TTL); "
+                "set failOnDataLoss=false to continue from the earliest available message"
+            )
+
+    def _committed(self, topic: str) -> Position | None:
+        sub = self.opts.commit_subscription
+        if not sub:
+            return None
+        cursor = self.admin.internal_stats(topic).get("cursors", {}).get(sub)
+        if not cursor:
+            return None
+        return after(Position.parse(cursor["markDeletePosition"]))
+
+    def plan(self, starts: Offset, ends: Offset) -> list[TopicRange]:
+        ranges: list[TopicRange] = []
+        for topic in sorted(ends):
+            start, end = starts.get(topic, EARLIEST), ends[topic]
+            if end <= start:
+                continue
+            ledgers = self.admin.ledgers(topic)
+            self.check_loss(topic, start, ledgers)
+            for s, e in split_range(start, end, ledgers, self.opts.max_entries_per_partition):
+                ranges.append(TopicRange(topic, str(s), str(e)))
+        return ranges
+
+    def read(self, part: TopicRange) -> Iterator[tuple[Any, ...]]:
+        start, end = Position.parse(part.start), Position.parse(part.end)
+        for msg in client_io.iter_range(self.client, part.topic, start, end, self.opts.poll_timeout_ms):
+            yield client_io.to_row(msg, part.topic)
+
+
+class PulsarBatchReader(DataSourceReader):
+    """Batch read of ``[startingOffsets|startingTime, endingOffsets|endingTime)``."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.planner = _Planner(opts)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        try:
+            parts = self.planner.topic_partitions()
+            ends = self.planner.ends(parts)
+            return self.planner.plan(self.planner.starts(parts, ends), self.planner.batch_ends(parts, ends))
+        finally:
+            self.planner.close()
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, TopicRange)
+        try:
+            yield from self.planner.read(partition)
+        finally:
+            self.planner.close()
+
+
+class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch source: offsets from the broker, read limits, availableNow, optional commit subscription."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.planner = _Planner(opts)
+        self.ceiling: dict[str, str] | None = None
+
+    def initialOffset(self) -> dict[str, str]:
+        parts = self.planner.topic_partitions()
+        return to_json_dict(self.planner.starts(parts, self.planner.ends(parts)))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        opts = self.planner.opts
+        if opts.max_records_per_trigger:
+            return ReadMaxRows(opts.max_records_per_trigger)
+        if opts.max_bytes_per_trigger:
+            return ReadMaxBytes(opts.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Everything available now, and nothing published or created afterwards, so the run ends.
+        self.ceiling = to_json_dict(self.planner.ends(self.planner.topic_partitions()))
+
+    def latestOffset(self, start: dict[str, str] | None = None, limit: ReadLimit | None = None) -> dict[str, str]:
+        begin = load_offset(start or {})
+        parts = self.planner.topic_partitions()
+        ends = self.planner.ends(parts)
+        # New partitions/topics (growing partition count, pattern matches) start at their beginning.
+        target: Offset = {p: max(ends[p], begin.get(p, EARLIEST)) for p in parts}
+        for p, pos in begin.items():
+            target.setdefault(p, pos)  # a vanished topic keeps its offset
+        if self.ceiling is not None:
+            capped = clamp(target, load_offset(self.ceiling))
+            target = {p: capped.get(p, begin.get(p, EARLIEST)) for p in target}
+            target = {p: max(pos, begin.get(p, EARLIEST)) for p, pos in target.items()}
+        if limit is None:
+            limit = self.getDefaultReadLimit()
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        if max_rows is None and max_bytes is None:
+            return to_json_dict(target)
+        pending = [p for p in sorted(target) if target[p] > begin.get(p, EARLIEST)]
+        shares = fair_shares(max_rows, pending) if max_rows else {}
+        per_bytes = max(1, max_bytes // max(1, len(pending))) if max_bytes else None
+        result = dict(target)
+        for p in pending:
+            rows_allowed = shares.get(p) if max_rows else None
+            if max_rows and not rows_allowed:
+                result[p] = begin.get(p, EARLIEST)
+                continue
+            stop, _, _ = client_io.scan_limit(
+                self.planner.client,
+                p,
+                begin.get(p, EARLIEST),
+                target[p],
+                rows_allowed,
+                per_bytes,
+                self.planner.opts.poll_timeout_ms,
+            )
+            result[p] = stop
+        return to_json_dict(result)
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
+        return self.planner.plan(load_offset(start), load_offset(end))
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, TopicRange)
+        try:
+            yield from self.planner.read(partition)
+        finally:
+            self.planner.close()
+
+    def commit(self, end: dict[str, str]) -> None:
+        # Spark calls this after the micro-batch is in the commit log: moving the subscription earlier
+        # could let retention drop data a restarted query must re-read.
+        sub = self.planner.opts.commit_subscription
+        if not sub:
+            return
+        for topic, pos in load_offset(end).items():
+            if not pos.is_earliest:
+                try:
+                    self.planner.admin.reset_subscription(topic, sub, pos)
+                except Exception:  # progress tracking is advisory: never fail the query for it
+                    log.warning("could not advance subscription %s on %s", sub, topic, exc_info=True)
+
+    def stop(self) -> None:
+        self.planner.close()
+
+
+# ----------------------------------------------------------------------------------------------- writing
+@dataclass
+class SentCount(WriterCommitMessage):
+    """Rows a task handed to the broker (duplicates dropped by deduplication are counted too)."""
+
+    rows: int
+
+
+def _field(row: Mapping[str, Any], *names: str) -> Any:
+    for n in names:
+        if n in row and row[n] is not None:
+            return row[n]
+    return None
+
+
+class _Sender:
+    """Executor-side producer set; exactly-once when given a producer name base and a batch id."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+
+    def send_all(self, rows: Iterator[Any], name_base: str | None, batch_id: int | None) -> int:
+        import datetime as dt
+
+        client = client_io.make_client(self.opts.service_url, coerce_client_options(self.opts.client_options))
+        producers: dict[str, Any] = {}
+        errors: list[str] = []
+
+        import pulsar
+
+        def done(result: Any, _msg_id: Any) -> None:
+            if result != pulsar.Result.Ok:
+                errors.append(str(result))
+
+        count = 0
+        try:
+            for index, row in enumerate(rows):
+                data = row.asDict() if hasattr(row, "asDict") else dict(row)
+                topic = self.opts.topic or _field(data, "__topic", "topic")
+                if not topic:
+                    raise ValueError("no topic: set option topic or provide a __topic column")
+                producer = producers.get(topic)
+                if producer is None:
+                    kwargs: dict[str, Any] = {"block_if_queue_full": True, "send_timeout_millis": 0}
+                    if name_base is not None:
+                        # Broker deduplication works per producer name and on whole entries: one message
+                        # per entry keeps "sequence id not above the last persisted one" exact.
+                        kwargs.update(producer_name=name_base, batching_enabled=False)
+                    producer = producers[topic] = client.create_producer(topic, **kwargs)
+                value = _field(data, "value")
+                if isinstance(value, str):
+                    value = value.encode()
+                kwargs = {}
+                key = _field(data, "__key", "key")
+                if key is not None:
+                    kwargs["partition_key"] = str(key)
+                props = _field(data, "__messageProperties", "properties")
+                if props:
+                    kwargs["properties"] = {str(k): str(v) for k, v in props.items()}
+                event = _field(data, "__eventTime", "eventTime")
+                if isinstance(event, dt.datetime):
+                    if event.tzinfo is None:
+                        event = event.astimezone()  # Spark hands naive local-time datetimes
+                    kwargs["event_timestamp"] = int(event.timestamp() * 1000)
+                if batch_id is not None and name_base is not None:
+                    kwargs["sequence_id"] = sequence_id(batch_id, index)
+                producer.send_async(value if value is not None else b"", done, **kwargs)
+                count += 1
+            for producer in producers.values():
+                producer.flush()
+        finally:
+            for producer in producers.values():
+                try:
+                    producer.close()
+                except Exception:
+                    log.debug("producer close failed", exc_info=True)
+            client.close()
+        if errors:
+            raise RuntimeError(f"{len(errors)} sends failed, e.g. {errors[0]}")
+        return count
+
+
+class PulsarBatchWriter(DataSourceWriter):
+    """Batch write: at-least-once (a retried task resends its rows)."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.sender = _Sender(opts)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return SentCount(self.sender.send_all(iterator, None, None))
+
+
+class PulsarStreamWriter(DataSourceStreamWriter):
+    """Streaming write, exactly-once through broker deduplication (namespace policy must be on)."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.sender = _Sender(opts)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        name_base = batch_id = None
+        if ctx is not None and self.sender.opts.exactly_once:
+            batch = ctx.getLocalProperty("streaming.sql.batchId")
+            query = ctx.getLocalProperty("sql.streaming.queryId")
+            if batch is not None and query is not None:
+                batch_id = int(batch)
+                name_base = producer_name(self.sender.opts.producer_prefix, query, ctx.partitionId())
+        return SentCount(self.sender.send_all(iterator, name_base, batch_id))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # the broker already has the messages; nothing to publish atomically
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # a replay of the batch is deduplicated by the broker

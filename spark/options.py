@@ -1,0 +1,236 @@
+"""Option parsing of the ``pulsar`` Spark source and sink (pure, no Spark).
+
+Names follow StreamNative's Scala connector where they overlap (``service.url``, ``admin.url``,
+``topic``/``topics``/``topicsPattern``, ``startingOffsets``/``endingOffsets``, ``startingTime``/``endingTime``,
+``failOnDataLoss``, ``pollTimeoutMs``, ``maxBytesPerTrigger``); Spark passes option keys case-insensitively
+(lower-cased), so lookups here ignore case. ``pulsar.client.*`` keys are passed to ``pulsar.Client``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.spark.offsets import Position
+
+EARLIEST = "earliest"
+LATEST = "latest"
+
+#: Start/end specification: "earliest", "latest", or a per-partition mapping of positions / those words.
+OffsetSpec = str | dict[str, "Position | str"]
+
+
+def _get(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
+    lowered = {k.lower(): v for k, v in options.items()}
+    value = lowered.get(name.lower())
+    return default if value is None else str(value)
+
+
+def _bool(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    v = value.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def _int(value: str | None, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    n = int(value)
+    if n <= 0:
+        raise ValueError(f"{name} must be positive, got {n}")
+    return n
+
+
+def parse_offset_spec(value: str | None, default: str, name: str) -> OffsetSpec:
+    """``earliest`` | ``latest`` | JSON ``{"topic-partition": "L:E[:B]" | "earliest" | "latest"}``."""
+    if value is None or value.strip() == "":
+        return default
+    text = value.strip()
+    if text.lower() in (EARLIEST, LATEST):
+        return text.lower()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name}: expected earliest, latest or a JSON object: {value!r}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"{name}: expected a JSON object per topic-partition: {value!r}")
+    spec: dict[str, Position | str] = {}
+    for topic, pos in raw.items():
+        if isinstance(pos, str) and pos.lower() in (EARLIEST, LATEST):
+            spec[normalize_topic(topic)] = pos.lower()
+        else:
+            spec[normalize_topic(topic)] = Position.parse(str(pos))
+    return spec
+
+
+def parse_time(value: str | None, name: str) -> int | None:
+    """Epoch milliseconds (an integer) or None."""
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: expected epoch milliseconds, got {value!r}") from exc
+
+
+def normalize_topic(name: str) -> str:
+    """Short names (``t``, ``tenant/ns/t``) -> ``persistent://tenant/ns/t`` as Pulsar clients do."""
+    if "://" in name:
+        return name
+    parts = name.split("/")
+    if len(parts) == 1:
+        return f"persistent://public/default/{name}"
+    if len(parts) == 3:
+        return f"persistent://{name}"
+    raise ValueError(f"invalid topic name: {name!r}")
+
+
+def _client_options(options: Mapping[str, str]) -> dict[str, str]:
+    prefix = "pulsar.client."
+    return {k[len(prefix) :]: v for k, v in options.items() if k.lower().startswith(prefix)}
+
+
+def coerce_client_options(raw: Mapping[str, str]) -> dict[str, Any]:
+    """String pass-through values -> ints/floats/bools where they look like one (``pulsar.Client`` is typed)."""
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        low = v.strip().lower()
+        if low in ("true", "false"):
+            out[k] = low == "true"
+            continue
+        try:
+            out[k] = int(v)
+        except ValueError:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                out[k] = v
+    return out
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Parsed options of a read (batch or streaming)."""
+
+    service_url: str
+    admin_url: str
+    topics: tuple[str, ...] = ()
+    topics_pattern: str | None = None
+    starting: OffsetSpec = LATEST
+    ending: OffsetSpec = LATEST
+    starting_time: int | None = None
+    ending_time: int | None = None
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 2000
+    max_records_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    max_entries_per_partition: int = 50000
+    commit_subscription: str | None = None
+    client_options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
+        """Validate and parse; ``streaming`` changes the starting default (batch: earliest, stream: latest)."""
+        service_url = _get(options, "service.url")
+        admin_url = _get(options, "admin.url")
+        if not service_url:
+            raise ValueError("option service.url is required (e.g. pulsar://localhost:6650)")
+        if not admin_url:
+            raise ValueError("option admin.url is required (e.g. http://localhost:8080)")
+        topic = _get(options, "topic")
+        topics = _get(options, "topics")
+        pattern = _get(options, "topicsPattern")
+        given = [x for x in (topic, topics, pattern) if x]
+        if len(given) != 1:
+            raise ValueError("exactly one of the options topic, topics, topicsPattern is required")
+        names: tuple[str, ...] = ()
+        if topic:
+            names = (normalize_topic(topic.strip()),)
+        elif topics:
+            names = tuple(normalize_topic(t.strip()) for t in topics.split(",") if t.strip())
+        starting_time = parse_time(_get(options, "startingTime"), "startingTime")
+        ending_time = parse_time(_get(options, "endingTime"), "endingTime")
+        starting_raw = _get(options, "startingOffsets")
+        if starting_time is not None and starting_raw:
+            raise ValueError("startingOffsets and startingTime are exclusive")
+        ending_raw = _get(options, "endingOffsets")
+        if streaming and (ending_raw or ending_time is not None):
+            raise ValueError("endingOffsets/endingTime apply to batch reads only")
+        if ending_time is not None and ending_raw:
+            raise ValueError("endingOffsets and endingTime are exclusive")
+        ending = parse_offset_spec(ending_raw, LATEST, "endingOffsets")
+        if ending == EARLIEST:
+            raise ValueError("endingOffsets cannot be earliest")
+        starting = parse_offset_spec(starting_raw, LATEST if streaming else EARLIEST, "startingOffsets")
+        if not streaming and starting == LATEST:
+            raise ValueError("startingOffsets cannot be latest for batch reads")
+        return cls(
+            service_url=service_url,
+            admin_url=admin_url.rstrip("/"),
+            topics=names,
+            topics_pattern=pattern,
+            starting=starting,
+            ending=ending,
+            starting_time=starting_time,
+            ending_time=ending_time,
+            fail_on_data_loss=_bool(_get(options, "failOnDataLoss"), True),
+            poll_timeout_ms=_int(_get(options, "pollTimeoutMs"), "pollTimeoutMs") or 2000,
+            max_records_per_trigger=_int(_get(options, "maxRecordsPerTrigger"), "maxRecordsPerTrigger"),
+            max_bytes_per_trigger=_int(_get(options, "maxBytesPerTrigger"), "maxBytesPerTrigger"),
+            max_entries_per_partition=_int(_get(options, "maxEntriesPerPartition"), "maxEntriesPerPartition") or 50000,
+            commit_subscription=_get(options, "commitSubscription") or None,
+            client_options=_client_options(options),
+        )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Parsed options of a write."""
+
+    service_url: str
+    admin_url: str | None = None
+    topic: str | None = None
+    exactly_once: bool = True
+    producer_prefix: str = "spark"
+    client_options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        service_url = _get(options, "service.url")
+        if not service_url:
+            raise ValueError("option service.url is required (e.g. pulsar://localhost:6650)")
+        topic = _get(options, "topic")
+        if _get(options, "topics") or _get(options, "topicsPattern"):
+            raise ValueError("the sink takes option topic (or a __topic column), not topics/topicsPattern")
+        return cls(
+            service_url=service_url,
+            admin_url=(_get(options, "admin.url") or "").rstrip("/") or None,
+            topic=normalize_topic(topic.strip()) if topic else None,
+            exactly_once=_bool(_get(options, "exactlyOnce"), True),
+            producer_prefix=_get(options, "producerNamePrefix", "spark") or "spark",
+            client_options=_client_options(options),
+        )
+
+
+#: Sequence ids: batch id times this stride plus the row index inside the task, so ids grow across batches
+#: for one producer name and a replayed batch reuses exactly its ids (room for 10^9 rows per task and batch).
+SEQUENCE_STRIDE = 1_000_000_000
+
+
+def sequence_id(batch_id: int, row_index: int) -> int:
+    """Deterministic, per-producer increasing sequence id of a row of a micro-batch."""
+    if row_index >= SEQUENCE_STRIDE:
+        raise ValueError(f"more than {SEQUENCE_STRIDE} rows in one task of one micro-batch")
+    return batch_id * SEQUENCE_STRIDE + row_index
+
+
+def producer_name(prefix: str, query_id: str, partition_id: int) -> str:
+    """Deterministic producer name per (query, Spark partition): a replay reconnects as the same producer."""
+    return f"{prefix}-{query_id}-{partition_id}"

@@ -1,0 +1,180 @@
+"""Offset arithmetic and option parsing of the Spark source/sink: plain pytest, no Spark, no broker."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from magnetar.spark.offsets import (
+    EARLIEST,
+    Position,
+    after,
+    after_last,
+    clamp,
+    data_lost,
+    dump_offset,
+    fair_shares,
+    load_offset,
+    split_range,
+    to_json_dict,
+)
+from magnetar.spark.options import (
+    SEQUENCE_STRIDE,
+    SinkOptions,
+    SourceOptions,
+    coerce_client_options,
+    normalize_topic,
+    producer_name,
+    sequence_id,
+)
+
+BASE = {"service.url": "pulsar://h:6650", "admin.url": "http://h:8080/"}
+
+
+def test_position_order_and_parse() -> None:
+    assert Position.parse("3:4") == Position(3, 4, -1)
+    assert Position.parse("3:4:2") == Position(3, 4, 2)
+    assert EARLIEST < Position(0, 0, -1) < Position(0, 0, 0) < Position(0, 0, 1) < Position(0, 1, -1) < Position(1, 0)
+    assert str(Position(7, 8, -1)) == "7:8:-1"
+    for bad in ("", "1", "a:b", "1:2:3:4"):
+        with pytest.raises(ValueError):
+            Position.parse(bad)
+
+
+def test_after_and_after_last() -> None:
+    assert after(Position(5, 9, -1)) == Position(5, 10, -1)
+    assert after(Position(5, 9, 3)) == Position(5, 9, 4)
+    # The whole last entry (batched or not) is inside [start, end).
+    assert after_last(5, 9) == Position(5, 10, -1) > Position(5, 9, 99)
+    assert after_last(-1, -1) == EARLIEST
+    assert after_last(5, -1) == EARLIEST
+
+
+def test_offset_json_round_trip_depends_only_on_positions() -> None:
+    a = {"persistent://p/d/t-partition-1": Position(1, 2, -1), "persistent://p/d/t-partition-0": Position(3, 4, 5)}
+    b = dict(reversed(list(a.items())))
+    assert dump_offset(a) == dump_offset(b)
+    assert json.loads(dump_offset(a)) == to_json_dict(a)
+    assert load_offset(dump_offset(a)) == a
+    assert load_offset(to_json_dict(a)) == a
+    with pytest.raises(ValueError):
+        load_offset("[1]")
+
+
+def test_split_range_covers_exactly() -> None:
+    ledgers = [(1, 5), (2, 0), (3, 7)]
+    parts = split_range(Position(1, 2), Position(3, 6), ledgers, 3)
+    assert parts[0][0] == Position(1, 2) and parts[-1][1] == Position(3, 6)
+    for (_, e), (s, _) in itertools.pairwise(parts):
+        assert e == s  # contiguous
+    # entries per part: 1:2..1:4 (3), 3:0..3:2 (3), 3:3..3:5 (3)
+    assert [s for s, _ in parts] == [Position(1, 2), Position(3, 0), Position(3, 3)]
+    assert split_range(Position(1, 2), Position(1, 2), ledgers, 3) == []
+    assert split_range(EARLIEST, Position(1, 5), [(1, 5)], 0) == [(EARLIEST, Position(1, 5))]
+    assert split_range(EARLIEST, Position(1, 5), [(1, 5)], 2) == [
+        (EARLIEST, Position(1, 2)),
+        (Position(1, 2), Position(1, 4)),
+        (Position(1, 4), Position(1, 5)),
+    ]
+
+
+def test_split_range_mid_batch_start_keeps_its_entry_whole() -> None:
+    parts = split_range(Position(1, 1, 3), Position(1, 4), [(1, 4)], 1)
+    assert parts == [(Position(1, 1, 3), Position(1, 3)), (Position(1, 3), Position(1, 4))]
+
+
+def test_fair_shares_and_clamp() -> None:
+    assert fair_shares(10, ["a", "b", "c"]) == {"a": 4, "b": 3, "c": 3}
+    assert fair_shares(2, ["a", "b", "c"]) == {"a": 1, "b": 1, "c": 0}
+    assert sum(fair_shares(7, ["a", "b"]).values()) == 7
+    assert clamp(
+        {"a": Position(1, 9), "b": Position(1, 1), "new": Position(2, 0)}, {"a": Position(1, 5), "b": Position(1, 7)}
+    ) == {
+        "a": Position(1, 5),
+        "b": Position(1, 1),
+    }
+
+
+def test_data_lost() -> None:
+    assert not data_lost(EARLIEST, 9)
+    assert not data_lost(Position(9, 3), 9)
+    assert data_lost(Position(8, 3), 9)
+    assert not data_lost(Position(8, 3), 9, committed_next=Position(8, 3))
+    assert not data_lost(Position(8, 3), None)
+
+
+def test_source_options() -> None:
+    o = SourceOptions.parse({**BASE, "topic": "t", "pulsar.client.operationTimeoutSeconds": "7"}, streaming=False)
+    assert o.topics == ("persistent://public/default/t",) and o.starting == "earliest" and o.ending == "latest"
+    assert o.admin_url == "http://h:8080" and o.fail_on_data_loss
+    assert o.client_options == {"operationTimeoutSeconds": "7"}
+    s = SourceOptions.parse({**BASE, "topics": "a, acme/ns/b", "maxrecordspertrigger": "5"}, streaming=True)
+    assert s.topics == ("persistent://public/default/a", "persistent://acme/ns/b")
+    assert s.starting == "latest" and s.max_records_per_trigger == 5
+    j = SourceOptions.parse(
+        {
+            **BASE,
+            "topicsPattern": "persistent://public/default/x-.*",
+            "startingOffsets": '{"t": "1:2", "u": "earliest"}',
+            "failOnDataLoss": "false",
+            "commitSubscription": "spark",
+        },
+        streaming=True,
+    )
+    assert j.starting == {"persistent://public/default/t": Position(1, 2), "persistent://public/default/u": "earliest"}
+    assert not j.fail_on_data_loss and j.commit_subscription == "spark" and j.topics_pattern
+    t = SourceOptions.parse({**BASE, "topic": "t", "startingTime": "1000", "endingTime": "2000"}, streaming=False)
+    assert (t.starting_time, t.ending_time) == (1000, 2000)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"topic": "a", "topics": "b"},
+        {"topic": "a", "startingOffsets": "latest"},
+        {"topic": "a", "endingOffsets": "earliest"},
+        {"topic": "a", "startingOffsets": "earliest", "startingTime": "1"},
+        {"topic": "a", "startingOffsets": "[1]"},
+        {"topic": "a", "startingOffsets": "nope"},
+        {"topic": "a", "maxRecordsPerTrigger": "0"},
+        {"topic": "a", "failOnDataLoss": "maybe"},
+        {"topic": "a/b"},
+    ],
+)
+def test_source_options_rejected(extra: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        SourceOptions.parse({**BASE, **extra}, streaming=False)
+    with pytest.raises(ValueError):
+        SourceOptions.parse({"topic": "a"}, streaming=True)
+
+
+def test_streaming_rejects_ending() -> None:
+    with pytest.raises(ValueError):
+        SourceOptions.parse({**BASE, "topic": "a", "endingOffsets": "latest"}, streaming=True)
+
+
+def test_sink_options_and_sequence_ids() -> None:
+    o = SinkOptions.parse({"service.url": "pulsar://h:6650", "topic": "out"})
+    assert o.topic == "persistent://public/default/out" and o.exactly_once
+    assert SinkOptions.parse({"service.url": "x", "exactlyOnce": "false"}).topic is None
+    with pytest.raises(ValueError):
+        SinkOptions.parse({"topic": "x"})
+    with pytest.raises(ValueError):
+        SinkOptions.parse({"service.url": "x", "topics": "a,b"})
+    # Ids grow across batches for a producer and are reproduced exactly by a replay.
+    assert sequence_id(0, 0) == 0
+    assert sequence_id(1, 0) > sequence_id(0, SEQUENCE_STRIDE - 1)
+    assert sequence_id(3, 7) == sequence_id(3, 7)
+    with pytest.raises(ValueError):
+        sequence_id(0, SEQUENCE_STRIDE)
+    assert producer_name("spark", "q", 3) == "spark-q-3"
+    assert normalize_topic("non-persistent://a/b/c") == "non-persistent://a/b/c"
+    assert coerce_client_options({"a": "1", "b": "1.5", "c": "true", "d": "x"}) == {
+        "a": 1,
+        "b": 1.5,
+        "c": True,
+        "d": "x",
+    }
