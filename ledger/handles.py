@@ -26,6 +26,7 @@ from .api import (
     LedgerError,
     LedgerFencedError,
     NoSuchEntryError,
+    NotEnoughBookiesError,
     ReadHandle,
     WriteHandle,
 )
@@ -187,14 +188,40 @@ class LedgerReadHandle(ReadHandle):
             await self.refresh_last_add_confirmed()
         if last > self._lac:
             raise NoSuchEntryError(f"entry {self.ledger_id}:{last} is past the last add confirmed {self._lac}")
-        rows = await self._reader.fetch(first, last)
+        rows = await self._fetch(first, last)
         return [LedgerEntry(self.ledger_id, eid, data) for eid, data, _ in rows]
+
+    async def _fetch(self, first: int, last: int) -> list[tuple[int, bytes, int]]:
+        try:
+            return await self._reader.fetch(first, last)
+        except LedgerError:
+            if not await self._reload_metadata():
+                raise
+            return await self._reader.fetch(first, last)  # on the new fragments
+
+    async def _reload_metadata(self) -> bool:
+        """Re-read stale metadata (ensemble change, auto-recovery, close); whether it changed."""
+        md, _ = await self.ctx.manager.read(self.ledger_id)
+        if md == self.metadata:
+            return False
+        self.metadata = self._reader.metadata = md
+        if md.state is LedgerState.CLOSED:
+            self._lac, self._length = md.last_entry_id, md.length
+        return True
 
     async def refresh_last_add_confirmed(self) -> int:
         """Ask the bookies of the last fragment how far the writer has confirmed (open ledgers)."""
-        lac = await read_last_add_confirmed(self.ctx, self.ledger_id, self.metadata)
+        try:
+            lac = await read_last_add_confirmed(self.ctx, self.ledger_id, self.metadata)
+        except LedgerError:
+            # Every bookie of the fragment we know failed: the writer has probably moved on.
+            if not await self._reload_metadata():
+                raise
+            if self.metadata.state is LedgerState.CLOSED:
+                return self._lac
+            lac = await read_last_add_confirmed(self.ctx, self.ledger_id, self.metadata)
         if lac > self._lac:
-            self._length = (await self._reader.fetch(lac, lac))[0][2]
+            self._length = (await self._fetch(lac, lac))[0][2]
             self._lac = lac
         return self._lac
 
@@ -253,7 +280,7 @@ class _UnknownBookie(BookieClient):
 
 
 class _PendingAdd:
-    __slots__ = ("acked", "acks", "entry_id", "failures", "future", "started", "stored", "total_length")
+    __slots__ = ("acked", "acks", "entry_id", "future", "mask", "started", "stored", "total_length")
 
     def __init__(self, entry_id: int, stored: bytes, total_length: int, future: asyncio.Future[int]) -> None:
         self.entry_id = entry_id
@@ -261,7 +288,7 @@ class _PendingAdd:
         self.total_length = total_length
         self.future = future
         self.acks = 0
-        self.failures = 0
+        self.mask = 0  # bit i: ensemble slot i acknowledged (undone when slot i is replaced)
         self.acked = False
         self.started = time.monotonic()
 
@@ -271,9 +298,12 @@ class LedgerWriteHandle(WriteHandle):
 
     Appends are pipelined: each is sent to its write set at once and completes (in entry order)
     when an ack quorum has it; the LAC sent with an add is the highest entry completed so far.
-    A fenced bookie fails the handle with :class:`LedgerFencedError`; any other failure that
-    leaves an add short of its ack quorum fails the handle (ensemble changes will replace the
-    bookie instead: see :meth:`_on_bookie_failure`).
+    A fenced bookie fails the handle with :class:`LedgerFencedError`. Any other failure (error or
+    add timeout) of an ensemble member triggers an *ensemble change*: a replacement bookie takes
+    the failed slot in a new fragment starting at LAC + 1 (metadata compare-and-swap) and the
+    pending adds of that slot are re-sent to it. Without a replacement the handle carries on
+    degraded while every write set can still reach its ack quorum, and fails with
+    :class:`NotEnoughBookiesError` otherwise.
     """
 
     def __init__(
@@ -303,7 +333,17 @@ class LedgerWriteHandle(WriteHandle):
         self._pending_length = length
         self._pending: collections.deque[_PendingAdd] = collections.deque()
         self._error: LedgerError | None = None
-        self._failed_bookies: set[int] = set()
+        #: Slots of the current ensemble that failed and wait for a replacement.
+        self._failed: set[int] = set()
+        #: Bookies that failed this handle: never chosen again as a replacement (no flapping).
+        self._bad: set[str] = set()
+        #: Per-slot generation, bumped when the slot's bookie is replaced: late answers of the
+        #: replaced bookie carry the old generation and are ignored.
+        self._slot_gen: list[int] = [0] * metadata.ensemble_size
+        self._changing = False  # an ensemble change is in progress: completions wait for it
+        self._change_task: asyncio.Task[None] | None = None
+        self._changed_at = 0.0  # add timeouts count from the last ensemble change at the earliest
+        self.ensemble_changes = 0
         self._closing = False
         self._closed = False
         self._reader = EntryReader(ctx, ledger_id, metadata)
@@ -312,15 +352,15 @@ class LedgerWriteHandle(WriteHandle):
         self._arm_timer()
 
     def _set_ensemble(self, bookies: list[str]) -> None:
-        clients: list[BookieClient] = []
-        for address in bookies:
-            try:
-                clients.append(self.ctx.registry.client(address))
-            except BookieError:
-                clients.append(_UnknownBookie(address))  # e.g. decommissioned: its adds just fail
-        self._clients = clients
+        self._clients: list[BookieClient] = [self._client_of(a) for a in bookies]
         # LocalBookieClient offers a future-returning add: no task per add on the hot path.
-        self._nowait: list[Any] = [getattr(c, "add_entry_nowait", None) for c in clients]
+        self._nowait: list[Any] = [getattr(c, "add_entry_nowait", None) for c in self._clients]
+
+    def _client_of(self, address: str) -> BookieClient:
+        try:
+            return self.ctx.registry.client(address)
+        except BookieError:
+            return _UnknownBookie(address)  # e.g. decommissioned: its adds just fail
 
     # ---------------------------------------------------------------- properties
 
@@ -357,10 +397,12 @@ class LedgerWriteHandle(WriteHandle):
         return op.future
 
     def _send(self, op: _PendingAdd) -> None:
+        # Hot path: the body of _send_to, inlined (no call per replica).
         lid, key, lac, recovery = self.ledger_id, self._master_key, self._lac, self._recovery
         md = self.metadata
         E = md.ensemble_size
         eid, stored = op.entry_id, op.stored
+        gens = self._slot_gen
         for i in range(md.write_quorum):
             idx = (eid + i) % E
             nowait = self._nowait[idx]
@@ -372,20 +414,39 @@ class LedgerWriteHandle(WriteHandle):
                         self._clients[idx].add_entry(lid, eid, key, lac, stored, recovery=recovery)
                     )
             except BookieError as e:
-                self._on_replica_result(op, idx, e)
+                self._on_replica_result(op, idx, gens[idx], e)
                 continue
-            fut.add_done_callback(partial(self._on_add_done, op, idx))
+            fut.add_done_callback(partial(self._on_add_done, op, idx, gens[idx]))
 
-    def _on_add_done(self, op: _PendingAdd, idx: int, fut: asyncio.Future[None]) -> None:
+    def _send_to(self, op: _PendingAdd, idx: int) -> None:
+        lid, eid, stored, recovery = self.ledger_id, op.entry_id, op.stored, self._recovery
+        gen = self._slot_gen[idx]
+        nowait = self._nowait[idx]
+        try:
+            if nowait is not None:
+                fut = nowait(lid, eid, self._master_key, self._lac, stored, recovery)
+            else:
+                fut = asyncio.ensure_future(
+                    self._clients[idx].add_entry(lid, eid, self._master_key, self._lac, stored, recovery=recovery)
+                )
+        except BookieError as e:
+            self._on_replica_result(op, idx, gen, e)
+            return
+        fut.add_done_callback(partial(self._on_add_done, op, idx, gen))
+
+    def _on_add_done(self, op: _PendingAdd, idx: int, gen: int, fut: asyncio.Future[None]) -> None:
         if fut.cancelled():
-            self._on_replica_result(op, idx, BookieUnavailableError("add cancelled"))
+            self._on_replica_result(op, idx, gen, BookieUnavailableError("add cancelled"))
         else:
-            self._on_replica_result(op, idx, fut.exception())
+            self._on_replica_result(op, idx, gen, fut.exception())
 
-    def _on_replica_result(self, op: _PendingAdd, idx: int, exc: BaseException | None) -> None:
+    def _on_replica_result(self, op: _PendingAdd, idx: int, gen: int, exc: BaseException | None) -> None:
+        if gen != self._slot_gen[idx]:
+            return  # an answer of a bookie that was replaced meanwhile: the replacement counts
         if exc is None:
             if op.acked or op.future.done():
                 return
+            op.mask |= 1 << idx
             op.acks += 1
             if op.acks >= self.metadata.ack_quorum:
                 op.acked = True
@@ -395,14 +456,10 @@ class LedgerWriteHandle(WriteHandle):
             self._fail(LedgerFencedError(f"ledger {self.ledger_id} was fenced by a recovering client"))
             return
         self._on_bookie_failure(idx, exc)
-        if op.acked or op.future.done():
-            return
-        op.failures += 1
-        md = self.metadata
-        if op.failures > md.write_quorum - md.ack_quorum:
-            self._fail(LedgerError(f"add of entry {self.ledger_id}:{op.entry_id} failed: {exc!r}"))
 
     def _complete_in_order(self) -> None:
+        if self._changing:
+            return  # the new fragment starts at LAC + 1: the LAC may not move until it is in place
         pending = self._pending
         while pending and pending[0].acked:
             op = pending.popleft()
@@ -411,22 +468,147 @@ class LedgerWriteHandle(WriteHandle):
             if not op.future.done():
                 op.future.set_result(op.entry_id)
 
-    def _on_bookie_failure(self, idx: int, exc: BaseException) -> None:
-        """A bookie of the current ensemble failed an add.
+    # ---------------------------------------------------------------- ensemble changes
 
-        TODO(ensemble change, next issue): replace ``self._clients[idx]`` with
-        ``ctx.placement.replacement(...)``, CAS a new fragment starting at ``lac + 1`` into the
-        metadata and re-send the pending adds of the affected write sets. Until then an add
-        that cannot reach its ack quorum fails the handle.
-        """
-        if idx not in self._failed_bookies:  # once per bookie, not once per add
-            self._failed_bookies.add(idx)
-            log.warning(
-                "bookie %s failed an add to ledger %d: %r",
-                self.metadata.ensembles[-1][1][idx],
+    def _on_bookie_failure(self, idx: int, exc: BaseException) -> None:
+        """A bookie of the current ensemble failed an add (or timed out): replace it."""
+        if idx in self._failed or self._error is not None:
+            return  # once per bookie, not once per add
+        self._failed.add(idx)
+        self._bad.add(self._clients[idx].address)
+        log.warning(
+            "bookie %s failed an add to ledger %d: %r; changing the ensemble",
+            self.metadata.ensembles[-1][1][idx],
+            self.ledger_id,
+            exc,
+        )
+        self._start_change()
+
+    def _start_change(self) -> None:
+        # While closing, only pending adds still need the ensemble; the seal needs none.
+        if self._closing and not self._pending:
+            return
+        if self._change_task is None and self._error is None and not self._closed:
+            self._changing = True
+            self._change_task = self._loop.create_task(self._change_ensemble())
+
+    async def _change_ensemble(self) -> None:
+        """Replace failed slots until none is left (or none can be replaced), then resume."""
+        try:
+            while self._failed and self._error is None:
+                failed = set(self._failed)
+                try:
+                    replaced = await self._replace_bookies(failed)
+                except LedgerError as e:
+                    self._fail(e)
+                    return
+                except Exception as e:  # e.g. the metadata store is unavailable
+                    self._fail(LedgerError(f"ensemble change of ledger {self.ledger_id} failed: {e!r}"))
+                    return
+                if replaced:
+                    self._install(replaced)
+                unreplaced = failed - replaced.keys()
+                if unreplaced:
+                    self._degrade(unreplaced)
+                    return
+        finally:
+            self._changing = False
+            self._change_task = None
+            if self._error is None:
+                self._complete_in_order()
+
+    async def _replace_bookies(self, failed: set[int]) -> dict[int, str]:
+        """Pick replacements for ``failed`` slots and CAS the new fragment into the metadata."""
+        ctx = self.ctx
+        timeout = ctx.config.bookie_op_timeout_s
+        candidates = await asyncio.wait_for(ctx.registry.writable_bookies(), timeout)
+        md, version = self.metadata, self.version
+        ensemble = list(md.ensembles[-1][1])
+        replaced: dict[int, str] = {}
+        for idx in sorted(failed):
+            try:
+                # Excluding the whole ensemble (failed members too) keeps the slots distinct.
+                exclude = [*ensemble, *replaced.values(), *self._bad]
+                replaced[idx] = ctx.placement.replacement(candidates, exclude, ctx.usage)
+            except NotEnoughBookiesError:
+                continue
+        if not replaced:
+            return replaced
+        first = self._lac + 1
+        for _ in range(ctx.config.metadata_retries):
+            last_first, last_bookies = md.ensembles[-1]
+            bookies = list(last_bookies)
+            for idx, address in replaced.items():
+                bookies[idx] = address
+            if last_first == first:  # nothing was confirmed in the last fragment: replace it
+                ensembles = [*md.ensembles[:-1], (first, bookies)]
+            else:
+                ensembles = [*md.ensembles, (first, bookies)]
+            new_md = md.evolve(ensembles=ensembles)
+            try:
+                self.version = await ctx.manager.write(self.ledger_id, new_md, version)
+            except MetadataVersionConflictError:
+                md, version = await ctx.manager.read(self.ledger_id)
+                allowed = (LedgerState.OPEN, LedgerState.IN_RECOVERY) if self._recovery else (LedgerState.OPEN,)
+                if md.state not in allowed:
+                    raise LedgerFencedError(f"ledger {self.ledger_id} was fenced by a recovering client") from None
+                if md.ensembles[-1] != (last_first, last_bookies):
+                    raise LedgerError(f"ledger {self.ledger_id}: its last fragment changed under its writer") from None
+                continue  # a benign change (e.g. auto-recovery of an earlier fragment): rebase
+            self.metadata = new_md
+            self._reader.metadata = new_md
+            log.info(
+                "ledger %d: ensemble change at entry %d: %s",
                 self.ledger_id,
-                exc,
+                first,
+                ", ".join(f"{last_bookies[i]} -> {a}" for i, a in sorted(replaced.items())),
             )
+            return replaced
+        raise LedgerError(f"ensemble change of ledger {self.ledger_id}: too many metadata conflicts")
+
+    def _install(self, replaced: dict[int, str]) -> None:
+        """Use the replacements from now on and re-send them what the replaced bookies owed."""
+        old = self._clients
+        for idx, address in replaced.items():
+            if self._on_close is not None:  # only client-created handles count in placement usage
+                self.ctx.usage[old[idx].address] -= 1
+                self.ctx.usage[address] += 1
+            self._slot_gen[idx] += 1
+            client = self._client_of(address)
+            self._clients[idx] = client
+            self._nowait[idx] = getattr(client, "add_entry_nowait", None)
+            self._failed.discard(idx)
+        self.ensemble_changes += 1
+        self._changed_at = time.monotonic()
+        md = self.metadata
+        E, Qw, Qa = md.ensemble_size, md.write_quorum, md.ack_quorum
+        for op in list(self._pending):
+            for idx in replaced:
+                if (idx - op.entry_id) % E >= Qw:
+                    continue  # not in this entry's write set
+                bit = 1 << idx
+                if op.mask & bit:  # the replaced bookie's copy is not in the new fragment
+                    op.mask &= ~bit
+                    op.acks -= 1
+                    op.acked = op.acks >= Qa
+                self._send_to(op, idx)
+
+    def _degrade(self, unreplaced: set[int]) -> None:
+        """No replacement for ``unreplaced`` slots: carry on if every write set still has Qa."""
+        md = self.metadata
+        E, Qw, Qa = md.ensemble_size, md.write_quorum, md.ack_quorum
+        worst = max(sum(1 for i in range(Qw) if (s + i) % E in self._failed) for s in range(E))
+        bookies = md.ensembles[-1][1]
+        names = ", ".join(bookies[i] for i in sorted(unreplaced))
+        if Qw - worst < Qa:
+            self._fail(
+                NotEnoughBookiesError(
+                    f"ledger {self.ledger_id}: no writable bookie outside its ensemble {bookies} to replace "
+                    f"failed {names}, and without it writes cannot reach the ack quorum ({Qa} of {Qw})"
+                )
+            )
+            return
+        log.warning("ledger %d: no replacement for %s; writing degraded, retrying later", self.ledger_id, names)
 
     def _fail(self, err: LedgerError) -> None:
         """Fail every pending add and all later ones (later adds cannot complete in order)."""
@@ -444,9 +626,21 @@ class LedgerWriteHandle(WriteHandle):
     def _check_timeouts(self) -> None:
         if self._closed:
             return
-        if self._pending and time.monotonic() - self._pending[0].started > self.ctx.config.add_timeout_s:
+        if self._pending and self._error is None:
             op = self._pending[0]
-            self._fail(LedgerError(f"add of entry {self.ledger_id}:{op.entry_id} timed out"))
+            now = time.monotonic()
+            timeout = self.ctx.config.add_timeout_s
+            if now - op.started > timeout * 3:
+                # Bounded even if replacements keep timing out too.
+                self._fail(LedgerError(f"add of entry {self.ledger_id}:{op.entry_id} timed out"))
+            elif not self._changing and now - max(op.started, self._changed_at) > timeout:
+                E = self.metadata.ensemble_size
+                for i in range(self.metadata.write_quorum):
+                    idx = (op.entry_id + i) % E
+                    if not op.mask & (1 << idx):
+                        self._on_bookie_failure(idx, TimeoutError(f"add of entry {op.entry_id} timed out"))
+        if self._failed and self._change_task is None and self._error is None:
+            self._start_change()  # degraded: a bookie may have become writable since
         self._arm_timer()
 
     # ---------------------------------------------------------------- reads
@@ -472,6 +666,8 @@ class LedgerWriteHandle(WriteHandle):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._change_task is not None:
+            self._change_task.cancel()
         if not self._closed:
             self._closed = True
             if self._on_close is not None:
@@ -484,6 +680,9 @@ class LedgerWriteHandle(WriteHandle):
         self._closing = True
         try:
             await self.wait_pending()
+            task = self._change_task
+            if task is not None:  # seal on top of the ensemble change's metadata, not beside it
+                await asyncio.wait({task}, timeout=self.ctx.config.add_timeout_s)
             if isinstance(self._error, LedgerFencedError):
                 raise self._error
             await self._seal()

@@ -45,7 +45,9 @@ async def recover_ledger(
     if md.state is LedgerState.CLOSED:
         return md, version
     key = digest.master_key(md.password)
-    max_lac = await _fence(ctx, ledger_id, md, key)
+    # The last fragment starts at the writer's LAC + 1 of its ensemble change: everything before
+    # it is confirmed even if the bookies of the last fragment never heard that LAC.
+    max_lac = max(await _fence(ctx, ledger_id, md, key), md.ensembles[-1][0] - 1)
     reader = EntryReader(ctx, ledger_id, md)
     length = 0
     if max_lac >= 0:
@@ -71,7 +73,8 @@ async def recover_ledger(
             handle.last_add_confirmed,
             len(futures),
         )
-        return await _close(ctx, ledger_id, md, version, handle.last_add_confirmed, handle.length)
+        # Re-adds may have changed the ensemble: close on top of the handle's metadata.
+        return await _close(ctx, ledger_id, handle.metadata, handle.version, handle.last_add_confirmed, handle.length)
     except TimeoutError as e:
         raise LedgerError(f"recovery of ledger {ledger_id} timed out re-adding entries") from e
     finally:
