@@ -20,8 +20,9 @@ DELETE     (5)        ``i64 ledger``
 ====================  ==========================================================================
 
 Response bodies start with ``u8 status``; on an error the rest is a UTF-8 message. On success:
-ADD and DELETE have nothing more, READ has ``u32 count`` then per entry ``i64 entry, u32 len``
-and the data, READ_LAC and FENCE have ``i64 lac, i64 last_entry``.
+ADD and DELETE have nothing more, READ has ``u8 flags, u32 count`` then per entry
+``i64 entry, u32 len`` and the data (flag 1 = truncated to bound the frame size: the client
+asks again from the next entry), READ_LAC and FENCE have ``i64 lac, i64 last_entry``.
 
 A frame whose body does not parse gets a BAD_REQUEST response and the connection goes on (the
 framing is intact); an oversized or impossible length, or a version the peer does not speak,
@@ -79,7 +80,8 @@ READ_REQ = struct.Struct(">qqq")
 LEDGER = struct.Struct(">q")
 FENCE_FIXED = struct.Struct(">qH")
 LAC_RESP = struct.Struct(">Bqq")
-READ_COUNT = struct.Struct(">BI")
+READ_COUNT = struct.Struct(">BBI")  # status, flags, count
+READ_MORE = 1
 READ_ENTRY = struct.Struct(">qI")
 
 _EXC_OF_CODE: dict[int, type[BookieError]] = {
@@ -149,9 +151,12 @@ def encode_delete(request_id: int, ledger_id: int) -> bytes:
     return _frame(OP_DELETE, request_id, LEDGER.pack(ledger_id))
 
 
+OK_RESPONSE = struct.Struct(">IBBIB")
+
+
 def encode_ok(op: int, request_id: int) -> bytes:
     """A success response without payload (ADD, DELETE)."""
-    return HEADER.pack(HEADER_REST + 1, PROTOCOL_VERSION, op | RESPONSE, request_id) + b"\x00"
+    return OK_RESPONSE.pack(HEADER_REST + 1, PROTOCOL_VERSION, op | RESPONSE, request_id, OK)
 
 
 def encode_error(op: int, request_id: int, code: int, message: str) -> bytes:
@@ -163,8 +168,8 @@ def encode_lac(op: int, request_id: int, lac: int, last_entry: int) -> bytes:
     return _frame(op | RESPONSE, request_id, LAC_RESP.pack(OK, lac, last_entry))
 
 
-def encode_entries(request_id: int, entries: list[tuple[int, bytes]]) -> bytes:
-    parts = [b"", READ_COUNT.pack(OK, len(entries))]
+def encode_entries(request_id: int, entries: list[tuple[int, bytes]], more: bool = False) -> bytes:
+    parts = [b"", READ_COUNT.pack(OK, READ_MORE if more else 0, len(entries))]
     pack = READ_ENTRY.pack
     size = READ_COUNT.size
     for eid, data in entries:
@@ -234,10 +239,11 @@ def decode_lac(body: bytes | memoryview) -> tuple[int, int]:
     return lac, last
 
 
-def decode_entries(body: bytes | memoryview) -> list[tuple[int, bytes]]:
+def decode_entries(body: bytes | memoryview) -> tuple[list[tuple[int, bytes]], bool]:
+    """``(entries, more)``: ``more`` when the bookie cut the batch short to bound the frame."""
     if len(body) < READ_COUNT.size:
         raise ProtocolError("truncated read response")
-    _, count = READ_COUNT.unpack_from(body)
+    _, flags, count = READ_COUNT.unpack_from(body)
     off = READ_COUNT.size
     out: list[tuple[int, bytes]] = []
     unpack = READ_ENTRY.unpack_from
@@ -253,7 +259,7 @@ def decode_entries(body: bytes | memoryview) -> list[tuple[int, bytes]]:
         off += size
     if off != n:
         raise ProtocolError("trailing bytes in read response")
-    return out
+    return out, bool(flags & READ_MORE)
 
 
 class FrameReader:
@@ -271,33 +277,44 @@ class FrameReader:
         self._need = 0
         self.max_frame = max_frame
 
+    def take(self, data: bytes) -> bytes | None:
+        """``data`` joined to the buffered tail, or None while the pending frame is still incomplete."""
+        buf = self._buf
+        if not buf:
+            return data
+        buf += data
+        if len(buf) < self._need:
+            return None
+        data = bytes(buf)
+        buf.clear()
+        return data
+
+    def keep(self, data: bytes, off: int) -> None:
+        """Buffer ``data[off:]``, the start of a frame that has not fully arrived."""
+        n = len(data)
+        if off >= n:
+            return
+        self._buf += data[off:]
+        self._need = LEN.size + LEN.unpack_from(data, off)[0] if n - off >= HEADER_SIZE else HEADER_SIZE
+
     def feed(self, data: bytes) -> list[tuple[int, int, int, bytes]]:
         """Frames completed by ``data``; raises ProtocolError on an impossible length."""
-        buf = self._buf
-        if buf:
-            buf += data
-            if len(buf) < self._need:
-                return []
-            data = bytes(buf)
-            buf.clear()
+        chunk = self.take(data)
+        if chunk is None:
+            return []
         frames: list[tuple[int, int, int, bytes]] = []
         off = 0
-        n = len(data)
+        n = len(chunk)
         unpack = HEADER.unpack_from
         max_frame = self.max_frame
         while n - off >= HEADER_SIZE:
-            length, version, op, rid = unpack(data, off)
+            length, version, op, rid = unpack(chunk, off)
             if length < HEADER_REST or length > max_frame:
                 raise ProtocolError(f"bad frame length {length}")
             end = off + LEN.size + length
             if end > n:
                 break
-            frames.append((version, op, rid, data[off + HEADER_SIZE : end]))
+            frames.append((version, op, rid, chunk[off + HEADER_SIZE : end]))
             off = end
-        if off < n:
-            buf += data[off:]
-            if n - off >= HEADER_SIZE:
-                self._need = LEN.size + LEN.unpack_from(data, off)[0]
-            else:
-                self._need = HEADER_SIZE
+        self.keep(chunk, off)
         return frames

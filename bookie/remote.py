@@ -288,8 +288,14 @@ class RemoteBookieClient(BookieClient):
         await self.add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
-        rid = self._next_rid()
-        return await self._call(p.OP_READ, rid, p.encode_read(rid, ledger_id, first, last))
+        out: list[tuple[int, bytes]] = []
+        while True:
+            rid = self._next_rid()
+            entries, more = await self._call(p.OP_READ, rid, p.encode_read(rid, ledger_id, first, last))
+            out.extend(entries)
+            if not more or not entries or entries[-1][0] >= last:
+                return out
+            first = entries[-1][0] + 1  # the bookie bounded the frame: ask for the rest
 
     async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
         rid = self._next_rid()

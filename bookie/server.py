@@ -20,6 +20,11 @@ from .bookie import Bookie
 
 log = logging.getLogger(__name__)
 
+_ADD_UNPACK = p.ADD_FIXED.unpack_from
+_ADD_FIXED_SIZE = p.ADD_FIXED.size
+_OK_PACK = p.OK_RESPONSE.pack
+_ADD_RESPONSE = p.OP_ADD | p.RESPONSE
+
 
 @dataclass(slots=True)
 class ServerStats:
@@ -89,44 +94,64 @@ class BookieServerProtocol(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
-        try:
-            frames = self._reader.feed(data)
-        except p.ProtocolError as e:
-            self._fatal(p.E_BAD_REQUEST, str(e))
+        # Frames are parsed in place from the received chunk (adds inline: the hot path).
+        chunk = self._reader.take(data)
+        if chunk is None:
             return
-        for version, op, rid, body in frames:
-            if self._closed:
+        off = 0
+        n = len(chunk)
+        unpack = p.HEADER.unpack_from
+        max_frame = self._reader.max_frame
+        while n - off >= p.HEADER_SIZE and not self._closed:
+            length, version, op, rid = unpack(chunk, off)
+            if length < p.HEADER_REST or length > max_frame:
+                self._fatal(p.E_BAD_REQUEST, f"bad frame length {length}")
                 return
+            end = off + 4 + length
+            if end > n:
+                break
             if version != p.PROTOCOL_VERSION:
                 self._fatal(p.E_BAD_VERSION, f"protocol version {version} not supported (speaks {p.PROTOCOL_VERSION})")
                 return
             if op == p.OP_ADD:
-                self._add(rid, body)
+                self._add(rid, chunk, off + p.HEADER_SIZE, end)
             else:
-                self._request(op, rid, body)
+                self._request(op, rid, chunk[off + p.HEADER_SIZE : end])
+            off = end
+        if not self._closed:
+            self._reader.keep(chunk, off)
 
     # ---------------------------------------------------------------- requests
 
-    def _add(self, rid: int, body: bytes) -> None:
-        try:
-            lid, eid, lac, recovery, key, data = p.decode_add(body)
-        except p.ProtocolError as e:
-            self._stats.bad_frames += 1
-            self._send(p.encode_error(p.OP_ADD, rid, p.E_BAD_REQUEST, str(e)))
+    def _add(self, rid: int, chunk: bytes, start: int, end: int) -> None:
+        key_start = start + _ADD_FIXED_SIZE
+        if key_start > end:
+            self._bad_add(rid, "truncated add request")
             return
+        lid, eid, lac, flags, key_len = _ADD_UNPACK(chunk, start)
+        key_end = key_start + key_len
+        if key_end > end:
+            self._bad_add(rid, "add request key exceeds the frame")
+            return
+        data = chunk[key_end:end]
         try:
-            fut = self._bookie.add_entry_nowait(lid, eid, key, lac, data, recovery)
+            fut = self._bookie.add_entry_nowait(lid, eid, chunk[key_start:key_end], lac, data, flags & 1 == 1)
         except BookieError as e:
             self._stats.add_errors += 1
             self._send(p.encode_error(p.OP_ADD, rid, p.code_of(e), str(e)))
             return
-        self._stats.adds += 1
-        self._stats.add_bytes += len(data)
-        self._stats.inflight_adds += 1
+        stats = self._stats
+        stats.adds += 1
+        stats.add_bytes += len(data)
+        stats.inflight_adds += 1
         self._inflight += 1
         if self._inflight >= self._max_inflight and not self._read_paused:
             self._update_reading()
         fut.add_done_callback(partial(self._add_done, rid))
+
+    def _bad_add(self, rid: int, message: str) -> None:
+        self._stats.bad_frames += 1
+        self._send(p.encode_error(p.OP_ADD, rid, p.E_BAD_REQUEST, message))
 
     def _add_done(self, rid: int, fut: asyncio.Future[None]) -> None:
         if self._closed:
@@ -140,7 +165,7 @@ class BookieServerProtocol(asyncio.Protocol):
         else:
             exc = fut.exception()
             if exc is None:
-                self._send(p.encode_ok(p.OP_ADD, rid))
+                self._send(_OK_PACK(7, p.PROTOCOL_VERSION, _ADD_RESPONSE, rid, p.OK))
             else:
                 self._stats.add_errors += 1
                 self._send(p.encode_error(p.OP_ADD, rid, p.code_of(exc), str(exc)))
@@ -166,13 +191,14 @@ class BookieServerProtocol(asyncio.Protocol):
                 entries = await bookie.read_entries(lid, first, last)
                 # Bound the response: the client asks again from where this one stops.
                 size = 0
+                more = False
                 for i, (_, data) in enumerate(entries):
                     size += len(data)
-                    if size > p.MAX_READ_RESPONSE_BYTES and i > 0:
-                        entries = entries[:i]
+                    if size > self._server.max_read_bytes and i > 0:
+                        entries, more = entries[:i], True
                         break
                 stats.read_entries += len(entries)
-                out = p.encode_entries(rid, entries)
+                out = p.encode_entries(rid, entries, more)
             elif op == p.OP_READ_LAC:
                 stats.other_requests += 1
                 lac, last_entry = await bookie.read_last_add_confirmed(p.decode_ledger(body))
@@ -265,12 +291,15 @@ class BookieServer:
         *,
         max_inflight_adds: int = 8192,
         max_frame: int = p.MAX_FRAME,
+        max_read_bytes: int = p.MAX_READ_RESPONSE_BYTES,
     ) -> None:
         self.bookie = bookie
         self.host = host
         self.port = port
         self.max_inflight_adds = max_inflight_adds
         self.max_frame = max_frame
+        #: A read response holds at most about this many entry bytes (at least one entry).
+        self.max_read_bytes = max_read_bytes
         self.stats = ServerStats()
         self._server: asyncio.Server | None = None
         self._connections: set[BookieServerProtocol] = set()

@@ -76,9 +76,14 @@ async def test_round_trips(served: tuple[Bookie, BookieServer]) -> None:
         await c.delete_ledger(7)
         with pytest.raises(BookieNoSuchEntryError):
             await c.read_entries(7, 0, 0)
-        big = bytes(range(256)) * 8192  # 2 MiB entry, arrives in many pieces
-        await c.add_entry(10, 0, KEY, -1, big)
-        assert (await c.read_entries(10, 0, 0))[0][1] == big
+        big = bytes(range(256)) * 8192  # 2 MiB entries, arriving in many pieces
+        for e in range(3):
+            await c.add_entry(10, e, KEY, e - 1, big[e:])
+        # Responses are bounded at 3 MiB here: the client asks for the rest transparently.
+        server.max_read_bytes = 3 * 1024 * 1024
+        got = await c.read_entries(10, 0, 5)
+        assert [(e, len(d)) for e, d in got] == [(e, len(big) - e) for e in range(3)]
+        assert got[2][1] == big[2:]
         assert c.connects == 1
         assert server.stats.adds >= 503
     finally:
