@@ -91,11 +91,12 @@ class EntryReader:
         self.metadata = metadata
         self._rotation = 0
 
-    async def fetch(self, first: int, last: int) -> list[tuple[int, bytes, int]]:
-        """``(entry_id, data, total_length)`` for ``first..last``; LedgerError if unreadable."""
+    async def fetch(self, first: int, last: int, exclude: frozenset[str] = frozenset()) -> list[tuple[int, bytes, int]]:
+        """``(entry_id, data, total_length)`` for ``first..last`` (not asking bookies in
+        ``exclude``); LedgerError if unreadable."""
         self._rotation += 1
         try:
-            return await self._read_range(first, last, frozenset())
+            return await self._read_range(first, last, exclude)
         except _ReadFailed as e:
             raise LedgerError(str(e)) from e.__cause__
 

@@ -19,6 +19,12 @@ class BookieRegistry(abc.ABC):
     async def writable_bookies(self) -> list[str]:
         """Addresses of the bookies accepting new ledgers."""
 
+    async def available_bookies(self) -> list[str]:
+        """Addresses of every registered bookie, writable or read-only (auto-recovery: a bookie
+        used by some ledger but not listed here is lost). Registries that know read-only
+        bookies override this; the default counts only writable ones."""
+        return await self.writable_bookies()
+
     @abc.abstractmethod
     def client(self, address: str) -> BookieClient:
         """The client of ``address``; :class:`BookieUnavailableError` if it is unknown."""
@@ -32,7 +38,8 @@ class StaticBookieRegistry(BookieRegistry):
     """A fixed set of bookies (standalone: the one in-process bookie; tests: several).
 
     ``StaticBookieRegistry([LocalBookieClient(bookie), ...])``. :meth:`set_writable` takes a
-    bookie out of (or back into) placement without affecting reads of existing ledgers.
+    bookie out of (or back into) placement without affecting reads of existing ledgers;
+    :meth:`remove` makes it lost.
     """
 
     def __init__(self, clients: Iterable[BookieClient]) -> None:
@@ -49,8 +56,16 @@ class StaticBookieRegistry(BookieRegistry):
         else:
             self._not_writable.add(address)
 
+    def remove(self, address: str) -> BookieClient | None:
+        """Forget a bookie entirely (it is lost: no reads, no placement); returns its client."""
+        self._not_writable.discard(address)
+        return self._clients.pop(address, None)
+
     async def writable_bookies(self) -> list[str]:
         return [a for a in self._clients if a not in self._not_writable]
+
+    async def available_bookies(self) -> list[str]:
+        return list(self._clients)
 
     def client(self, address: str) -> BookieClient:
         try:
