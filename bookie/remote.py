@@ -48,20 +48,12 @@ class _Connection(asyncio.Protocol):
         self.flush_scheduled = False
         self.closed = False
         self.sweeper: asyncio.TimerHandle | None = None
-        self.write_ready = asyncio.Event()
-        self.write_ready.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown(BookieUnavailableError(f"connection to bookie {self._client.address} lost: {exc!r}"))
-
-    def pause_writing(self) -> None:
-        self.write_ready.clear()
-
-    def resume_writing(self) -> None:
-        self.write_ready.set()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -149,7 +141,6 @@ class _Connection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
-        self.write_ready.set()
         if self.sweeper is not None:
             self.sweeper.cancel()
             self.sweeper = None

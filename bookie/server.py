@@ -56,7 +56,9 @@ class BookieServerProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        #: Requests in flight (adds and others) and adds alone (for the shared gauge).
         self._inflight = 0
+        self._inflight_adds = 0
         self._max_inflight = server.max_inflight_adds
         self._read_paused = False
         self._write_paused = False
@@ -79,8 +81,8 @@ class BookieServerProtocol(asyncio.Protocol):
         self._closed = True
         self._server._connections.discard(self)
         self._stats.connections -= 1
-        self._stats.inflight_adds -= self._inflight
-        self._inflight = 0
+        self._stats.inflight_adds -= self._inflight_adds
+        self._inflight = self._inflight_adds = 0
         for task in self._tasks:
             task.cancel()
         log.debug("bookie connection from %s closed: %r", self.peer, exc)
@@ -144,6 +146,7 @@ class BookieServerProtocol(asyncio.Protocol):
         stats.adds += 1
         stats.add_bytes += len(data)
         stats.inflight_adds += 1
+        self._inflight_adds += 1
         self._inflight += 1
         if self._inflight >= self._max_inflight and not self._read_paused:
             self._update_reading()
@@ -159,6 +162,7 @@ class BookieServerProtocol(asyncio.Protocol):
                 fut.exception()  # consume it: nobody is left to tell
             return
         self._inflight -= 1
+        self._inflight_adds -= 1
         self._stats.inflight_adds -= 1
         if fut.cancelled():
             self._send(p.encode_error(p.OP_ADD, rid, p.E_UNAVAILABLE, "add cancelled"))
@@ -177,9 +181,21 @@ class BookieServerProtocol(asyncio.Protocol):
             self._stats.bad_frames += 1
             self._send(p.encode_error(op & ~p.RESPONSE, rid, p.E_BAD_REQUEST, f"unknown op {op}"))
             return
+        # Other requests count against the same in-flight bound as adds (a task each).
+        self._inflight += 1
+        if self._inflight >= self._max_inflight and not self._read_paused:
+            self._update_reading()
         task = self._loop.create_task(self._serve(op, rid, body))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._request_done)
+
+    def _request_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._closed:
+            return
+        self._inflight -= 1
+        if self._read_paused and self._inflight <= self._max_inflight // 2:
+            self._update_reading()
 
     async def _serve(self, op: int, rid: int, body: bytes) -> None:
         bookie = self._bookie

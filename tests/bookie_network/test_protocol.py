@@ -200,6 +200,11 @@ async def test_back_pressure_pauses_reading(served: tuple[Bookie, BookieServer])
         assert server.stats.read_pauses >= 1
         assert server.stats.inflight_adds == 0
         assert len(await c.read_entries(3, 0, 1999)) == 2000
+        # Pipelined reads share the bound (one task each on the server).
+        pauses = server.stats.read_pauses
+        reads = await asyncio.wait_for(asyncio.gather(*(c.read_entries(3, e, e) for e in range(1000))), 20)
+        assert [r[0][0] for r in reads] == list(range(1000))
+        assert server.stats.read_pauses > pauses
     finally:
         await c.close()
 
