@@ -103,6 +103,12 @@ class MetadataBookieRegistry(BookieRegistry):
             await self.start()
         return sorted(self._readonly)
 
+    async def available_bookies(self) -> list[str]:
+        """Every registered bookie, writable or read-only (auto-recovery: anything else is lost)."""
+        if not self._started:
+            await self.start()
+        return sorted(self._writable | self._readonly)
+
     def client(self, address: str) -> BookieClient:
         if self._closed:
             raise BookieUnavailableError("bookie registry is closed")

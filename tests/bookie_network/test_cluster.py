@@ -184,6 +184,7 @@ async def test_read_only_moves_registration(
             )
 
         await _eventually(full_is_read_only, 10)
+        assert await registry.available_bookies() == sorted([ok.address, full.address])
         with pytest.raises(BookieReadOnlyError):
             await registry.client(full.address).add_entry(1, 0, b"k", -1, b"x")
         # An operator's switch (BookKeeper's REST call) moves it too, and back.
