@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from magnetar.cli import admin, bookie, initialize, standalone
+from magnetar.cli import admin, autorecovery, bookie, initialize, standalone
 from magnetar.cli import broker as broker_cli
 from magnetar.operator import cli as operator_cli
 
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     initialize.add_parser(sub)
     admin.add_parser(sub)
     bookie.add_parser(sub)
+    autorecovery.add_parser(sub)
     operator_cli.add_parser(sub)
     args = parser.parse_args(argv)
     return int(args.run(args) or 0)

@@ -58,7 +58,7 @@ class AutoRecoveryConfig:
     #: Seconds between passes (a pass also runs on :meth:`AutoRecovery.trigger`).
     check_interval_s: float = 30.0
     #: A bookie must be missing this long before its ledgers are marked (restarts are not losses).
-    lost_bookie_grace_s: float = 0.0
+    lost_bookie_grace_s: float = 30.0
     #: An open ledger whose last fragment lost a bookie is fenced and closed after this long.
     open_ledger_grace_s: float = 60.0
     #: Recovery adds in flight at once (per ledger).

@@ -19,11 +19,14 @@ class BookieRegistry(abc.ABC):
     async def writable_bookies(self) -> list[str]:
         """Addresses of the bookies accepting new ledgers."""
 
+    async def readonly_bookies(self) -> list[str]:
+        """Addresses of registered bookies that serve reads but take no new ledgers."""
+        return []
+
     async def available_bookies(self) -> list[str]:
-        """Addresses of every registered bookie, writable or read-only (auto-recovery: a bookie
-        used by some ledger but not listed here is lost). Registries that know read-only
-        bookies override this; the default counts only writable ones."""
-        return await self.writable_bookies()
+        """Every registered bookie, writable or read-only (auto-recovery: a bookie that some
+        ledger uses but that is not listed here is lost)."""
+        return sorted({*await self.writable_bookies(), *await self.readonly_bookies()})
 
     @abc.abstractmethod
     def client(self, address: str) -> BookieClient:

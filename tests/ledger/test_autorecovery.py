@@ -39,6 +39,7 @@ def worker(cluster: Cluster, lost: str | None = None, **config: float) -> AutoRe
     registry = StaticBookieRegistry([LocalBookieClient(b) for b in cluster.bookies])
     if lost is not None:
         registry.remove(lost)
+    config.setdefault("lost_bookie_grace_s", 0)
     return AutoRecovery(cluster.store, registry, AutoRecoveryConfig(**config))  # type: ignore[arg-type]
 
 
@@ -200,3 +201,27 @@ async def test_background_task_and_trigger(big: Cluster) -> None:
         await assert_fully_replicated(big, lid, lost)
     await ar.close()
     assert not (await ar.status())["running"]
+
+
+def test_cli_once_reports_lost_bookies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from magnetar.cli.main import main
+    from magnetar.ledger.ledger_manager import LedgerManager
+
+    db = tmp_path / "meta.db"
+
+    async def seed() -> None:
+        store = EmbeddedMetadataStore(str(db))
+        await store.start()
+        md = LedgerMetadata(2, 2, 2, [(0, ["gone-1:3181", "gone-2:3181"])], state=LedgerState.CLOSED)
+        await LedgerManager(store).create(7, md)
+        await store.close()
+
+    asyncio.run(seed())
+    argv = ["autorecovery", "--metadata-url", f"embedded://{db}", "--once", "--lost-bookie-grace", "0"]
+    assert main([*argv, "--log-level", "ERROR"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    # No bookie is registered: both are lost, the ledger is marked, and nothing can host copies.
+    assert status["lostBookies"] == ["gone-1:3181", "gone-2:3181"]
+    assert status["underReplicatedLedgers"] == [7] and status["failures"] == 1
