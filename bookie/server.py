@@ -104,6 +104,9 @@ class BookieServerProtocol(asyncio.Protocol):
         n = len(chunk)
         unpack = p.HEADER.unpack_from
         max_frame = self._reader.max_frame
+        # Adds accepted from this chunk: one done-callback for all of them (see _adds_done).
+        rids: list[int] = []
+        futs: list[asyncio.Future[None]] = []
         while n - off >= p.HEADER_SIZE and not self._closed:
             length, version, op, rid = unpack(chunk, off)
             if length < p.HEADER_REST or length > max_frame:
@@ -116,63 +119,87 @@ class BookieServerProtocol(asyncio.Protocol):
                 self._fatal(p.E_BAD_VERSION, f"protocol version {version} not supported (speaks {p.PROTOCOL_VERSION})")
                 return
             if op == p.OP_ADD:
-                self._add(rid, chunk, off + p.HEADER_SIZE, end)
+                fut = self._add(rid, chunk, off + p.HEADER_SIZE, end)
+                if fut is not None:
+                    rids.append(rid)
+                    futs.append(fut)
             else:
                 self._request(op, rid, chunk[off + p.HEADER_SIZE : end])
             off = end
+        if futs:
+            # The journal resolves futures in append order, so the last one done means all are.
+            futs[-1].add_done_callback(partial(self._adds_done, rids, futs))
+            if self._inflight >= self._max_inflight and not self._read_paused:
+                self._update_reading()
         if not self._closed:
             self._reader.keep(chunk, off)
 
     # ---------------------------------------------------------------- requests
 
-    def _add(self, rid: int, chunk: bytes, start: int, end: int) -> None:
+    def _add(self, rid: int, chunk: bytes, start: int, end: int) -> asyncio.Future[None] | None:
+        """Hand one add to the bookie; its journal future, or None if it was answered at once."""
         key_start = start + _ADD_FIXED_SIZE
         if key_start > end:
             self._bad_add(rid, "truncated add request")
-            return
+            return None
         lid, eid, lac, flags, key_len = _ADD_UNPACK(chunk, start)
         key_end = key_start + key_len
         if key_end > end:
             self._bad_add(rid, "add request key exceeds the frame")
-            return
+            return None
         data = chunk[key_end:end]
         try:
             fut = self._bookie.add_entry_nowait(lid, eid, chunk[key_start:key_end], lac, data, flags & 1 == 1)
         except BookieError as e:
             self._stats.add_errors += 1
             self._send(p.encode_error(p.OP_ADD, rid, p.code_of(e), str(e)))
-            return
+            return None
         stats = self._stats
         stats.adds += 1
         stats.add_bytes += len(data)
         stats.inflight_adds += 1
         self._inflight_adds += 1
         self._inflight += 1
-        if self._inflight >= self._max_inflight and not self._read_paused:
-            self._update_reading()
-        fut.add_done_callback(partial(self._add_done, rid))
+        return fut
 
     def _bad_add(self, rid: int, message: str) -> None:
         self._stats.bad_frames += 1
         self._send(p.encode_error(p.OP_ADD, rid, p.E_BAD_REQUEST, message))
 
-    def _add_done(self, rid: int, fut: asyncio.Future[None]) -> None:
+    def _adds_done(self, rids: list[int], futs: list[asyncio.Future[None]], _: object = None) -> None:
+        """Answer a chunk's adds; anything not done yet (out of order) gets a callback of its own."""
         if self._closed:
-            if not fut.cancelled():
-                fut.exception()  # consume it: nobody is left to tell
+            for fut in futs:
+                if fut.done() and not fut.cancelled():
+                    fut.exception()  # consume it: nobody is left to tell
             return
-        self._inflight -= 1
-        self._inflight_adds -= 1
-        self._stats.inflight_adds -= 1
-        if fut.cancelled():
-            self._send(p.encode_error(p.OP_ADD, rid, p.E_UNAVAILABLE, "add cancelled"))
-        else:
+        out = self._out
+        answered = 0
+        late_rids: list[int] = []
+        late_futs: list[asyncio.Future[None]] = []
+        for rid, fut in zip(rids, futs, strict=True):
+            if not fut.done():
+                late_rids.append(rid)
+                late_futs.append(fut)
+                continue
+            answered += 1
+            if fut.cancelled():
+                out.append(p.encode_error(p.OP_ADD, rid, p.E_UNAVAILABLE, "add cancelled"))
+                continue
             exc = fut.exception()
             if exc is None:
-                self._send(_OK_PACK(7, p.PROTOCOL_VERSION, _ADD_RESPONSE, rid, p.OK))
+                out.append(_OK_PACK(7, p.PROTOCOL_VERSION, _ADD_RESPONSE, rid, p.OK))
             else:
                 self._stats.add_errors += 1
-                self._send(p.encode_error(p.OP_ADD, rid, p.code_of(exc), str(exc)))
+                out.append(p.encode_error(p.OP_ADD, rid, p.code_of(exc), str(exc)))
+        if late_futs:
+            late_futs[-1].add_done_callback(partial(self._adds_done, late_rids, late_futs))
+        self._inflight -= answered
+        self._inflight_adds -= answered
+        self._stats.inflight_adds -= answered
+        if answered and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
         if self._read_paused and self._inflight <= self._max_inflight // 2:
             self._update_reading()
 

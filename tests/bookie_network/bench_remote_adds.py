@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -56,6 +57,12 @@ async def drive(address: str, entries: int, inflight: int, size: int, ledgers: i
     return entries / elapsed, cpu / elapsed
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--entries", type=int, default=200_000)
@@ -76,9 +83,15 @@ def main() -> None:
                 runner = uvloop.run
             except ImportError:
                 runner = asyncio.run
+            assert bookie.proc is not None
             for i in range(a.runs):
+                s0 = _cpu_seconds(bookie.proc.pid)
                 rate, cpu = runner(drive(bookie.address, a.entries, a.inflight, a.size, a.ledgers))
-                print(f"run {i}: {rate:,.0f} adds/s ({a.size} B, {a.inflight} in flight), client CPU {cpu:.0%}")
+                server_us = (_cpu_seconds(bookie.proc.pid) - s0) / a.entries * 1e6
+                print(
+                    f"run {i}: {rate:,.0f} adds/s ({a.size} B, {a.inflight} in flight), client CPU {cpu:.0%}, "
+                    f"bookie process CPU {server_us:.1f} us/add (all threads)"
+                )
         finally:
             bookie.stop()
             etcd.stop()
