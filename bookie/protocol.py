@@ -76,6 +76,7 @@ HEADER_SIZE = HEADER.size  # 10
 #: Bytes the length field counts besides the body.
 HEADER_REST = HEADER_SIZE - LEN.size  # 6
 ADD_FIXED = struct.Struct(">qqqBH")
+ADD_HEADER = struct.Struct(">IBBIqqqBH")  # frame header + ADD_FIXED in one pack
 READ_REQ = struct.Struct(">qqq")
 LEDGER = struct.Struct(">q")
 FENCE_FIXED = struct.Struct(">qH")
@@ -130,9 +131,18 @@ def encode_add(
     recovery: bool = False,
 ) -> bytes:
     """One ADD request frame (hot path: a single join of header, fixed part, key and data)."""
-    fixed = ADD_FIXED.pack(ledger_id, entry_id, lac, FLAG_RECOVERY if recovery else 0, len(master_key))
-    length = HEADER_REST + ADD_FIXED.size + len(master_key) + len(data)
-    return b"".join((HEADER.pack(length, PROTOCOL_VERSION, OP_ADD, request_id), fixed, master_key, data))
+    head = ADD_HEADER.pack(
+        HEADER_REST + ADD_FIXED.size + len(master_key) + len(data),
+        PROTOCOL_VERSION,
+        OP_ADD,
+        request_id,
+        ledger_id,
+        entry_id,
+        lac,
+        FLAG_RECOVERY if recovery else 0,
+        len(master_key),
+    )
+    return head + master_key + data
 
 
 def encode_read(request_id: int, ledger_id: int, first: int, last: int) -> bytes:

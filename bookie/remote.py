@@ -23,6 +23,7 @@ from .api import BookieClient, BookieError, BookieUnavailableError
 log = logging.getLogger(__name__)
 
 _SWEEP_S = 0.25
+_ADD_RESPONSE = p.OP_ADD | p.RESPONSE
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -56,41 +57,63 @@ class _Connection(asyncio.Protocol):
         self._shutdown(BookieUnavailableError(f"connection to bookie {self._client.address} lost: {exc!r}"))
 
     def data_received(self, data: bytes) -> None:
-        try:
-            frames = self.reader.feed(data)
-        except p.ProtocolError as e:
-            self.abort(BookieUnavailableError(f"bookie {self._client.address} sent a bad frame: {e}"))
+        # Parsed in place; a successful add (the hot path) costs one unpack and one dict pop.
+        chunk = self.reader.take(data)
+        if chunk is None:
             return
         pending = self.pending
-        for _version, op, rid, body in frames:
-            if rid == 0:  # connection-level error: the bookie closes the connection
-                err = p.decode_status(body) if body else None
-                self.abort(BookieUnavailableError(f"bookie {self._client.address} closed the connection: {err}"))
+        unpack = p.HEADER.unpack_from
+        max_frame = self.reader.max_frame
+        off = 0
+        n = len(chunk)
+        while n - off >= p.HEADER_SIZE:
+            length, _version, op, rid = unpack(chunk, off)
+            if length < p.HEADER_REST or length > max_frame:
+                self.abort(BookieUnavailableError(f"bookie {self._client.address} sent a bad frame length {length}"))
                 return
-            entry = pending.pop(rid, None)
-            if entry is None:
-                continue  # timed out or cancelled meanwhile
-            req_op, fut = entry
-            if fut.done():
-                continue
-            if op != req_op | p.RESPONSE:
-                fut.set_exception(BookieError(f"bookie answered op {op} to op {req_op}"))
-                continue
-            if req_op == p.OP_ADD and len(body) == 1 and body[0] == p.OK:
-                fut.set_result(None)  # the hot path: skip the generic decoding
-                continue
+            end = off + 4 + length
+            if end > n:
+                break
+            if length == 7 and op == _ADD_RESPONSE and chunk[off + p.HEADER_SIZE] == p.OK:
+                entry = pending.pop(rid, None)
+                if entry is not None and entry[0] == p.OP_ADD and not entry[1].done():
+                    entry[1].set_result(None)
+            elif not self._response(op, rid, chunk[off + p.HEADER_SIZE : end]):
+                return
+            off = end
+        self.reader.keep(chunk, off)
+
+    def _response(self, op: int, rid: int, body: bytes) -> bool:
+        """Complete the request ``rid`` (any response but a successful add); False if the connection ended."""
+        if rid == 0:  # connection-level error: the bookie closes the connection
             try:
-                err = p.decode_status(body)
-                if err is not None:
-                    fut.set_exception(err)
-                elif req_op == p.OP_READ:
-                    fut.set_result(p.decode_entries(body))
-                elif req_op in (p.OP_READ_LAC, p.OP_FENCE):
-                    fut.set_result(p.decode_lac(body))
-                else:
-                    fut.set_result(None)
-            except p.ProtocolError as e:
-                fut.set_exception(BookieError(f"bad response from bookie {self._client.address}: {e}"))
+                err: BookieError | None = p.decode_status(body)
+            except p.ProtocolError:
+                err = None
+            self.abort(BookieUnavailableError(f"bookie {self._client.address} closed the connection: {err}"))
+            return False
+        entry = self.pending.pop(rid, None)
+        if entry is None:
+            return True  # timed out or cancelled meanwhile
+        req_op, fut = entry
+        if fut.done():
+            return True
+        if op != req_op | p.RESPONSE:
+            fut.set_exception(BookieError(f"bookie answered op {op} to op {req_op}"))
+            return True
+        try:
+            err = p.decode_status(body)
+            if err is not None:
+                fut.set_exception(err)
+            elif req_op == p.OP_READ:
+                fut.set_result(p.decode_entries(body))
+            elif req_op in (p.OP_READ_LAC, p.OP_FENCE):
+                fut.set_result(p.decode_lac(body))
+            else:
+                fut.set_result(None)
+        except p.ProtocolError as e:
+            fut.set_exception(BookieError(f"bad response from bookie {self._client.address}: {e}"))
+        return True
 
     # ---------------------------------------------------------------- sending
 
