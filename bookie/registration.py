@@ -19,6 +19,7 @@ from typing import Any
 
 from magnetar.metadata.api import MetadataError, MetadataStore, NotFoundError, Session
 
+from .api import BookieError
 from .bookie import Bookie
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,10 @@ def writable_path(address: str) -> str:
 
 def readonly_path(address: str) -> str:
     return f"{READONLY}/{address}"
+
+
+class RegistrationConflictError(BookieError):
+    """Another live bookie instance is registered under this address."""
 
 
 class BookieRegistration:
@@ -75,7 +80,25 @@ class BookieRegistration:
         return self.path.startswith(READONLY + "/")
 
     async def start(self) -> None:
-        """Register once (errors propagate: a bookie nobody can find should not look healthy)."""
+        """Register once (errors propagate: a bookie nobody can find should not look healthy).
+
+        :class:`RegistrationConflictError` if a live registration of ``address`` belongs to
+        another instance (same address, other disks); our own leftover from a crash is replaced.
+        """
+        ours = self.info.get("instanceId")
+        for path in (writable_path(self.address), readonly_path(self.address)):
+            existing = await self.store.get(path)
+            if existing is None or ours is None:
+                continue
+            try:
+                theirs = json.loads(existing.data).get("instanceId")
+            except (ValueError, AttributeError):
+                theirs = None
+            if theirs is not None and theirs != ours:
+                raise RegistrationConflictError(
+                    f"{path} is held by bookie instance {theirs}, not this one ({ours}): "
+                    "is another bookie running with this address?"
+                )
         await self._sync()
         self._task = asyncio.get_running_loop().create_task(self._monitor(), name="bookie-registration")
 

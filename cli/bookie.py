@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("magnetar.bookie")
 
-#: Exit status when the cookie check refuses to start (distinct from crashes, for scripts and tests).
+#: Exit status when the cookie or registration check refuses to start (distinct from crashes).
 EXIT_COOKIE_MISMATCH = 3
 
 
@@ -202,6 +202,7 @@ class BookieNode:
 async def serve(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, then shut down cleanly."""
     from magnetar.bookie.cookie import CookieMismatchError
+    from magnetar.bookie.registration import RegistrationConflictError
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -212,7 +213,7 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         try:
             await node.start()
-        except CookieMismatchError as e:
+        except (CookieMismatchError, RegistrationConflictError) as e:
             log.error("refusing to start: %s", e)
             return EXIT_COOKIE_MISMATCH
         await stop.wait()
