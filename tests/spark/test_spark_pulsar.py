@@ -1,0 +1,246 @@
+"""The ``pulsar`` data source in real PySpark (``local[2]``) against a real standalone broker.
+
+All tests share one Spark session (``spark`` fixture) and the session broker; the kill -9 test runs its
+driver as a subprocess of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import StandaloneProcess
+from tests.spark.conftest import spark_env, spark_unavailable
+
+pytestmark = pytest.mark.skipif(spark_unavailable() is not None, reason=str(spark_unavailable()))
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _admin(broker: StandaloneProcess, method: str, path: str, body: Any = None) -> None:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{broker.http_url}/admin/v2/{path}", data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    urllib.request.urlopen(req, timeout=10).close()
+
+
+def _produce(client: Any, topic: str, values: list[str], batching: bool = False, **kw: Any) -> None:
+    producer = client.create_producer(topic, batching_enabled=batching, batching_max_publish_delay_ms=5)
+    for v in values:
+        producer.send_async(v.encode(), None, **kw)
+    producer.flush()
+    producer.close()
+
+
+def _opts(broker: StandaloneProcess, **extra: str) -> dict[str, str]:
+    return {"service.url": broker.service_url, "admin.url": broker.http_url, **extra}
+
+
+def test_batch_read_offsets_and_times(spark: Any, standalone: StandaloneProcess, client: Any, topic_name: str) -> None:
+    _produce(client, topic_name, [f"a{i}" for i in range(10)], partition_key="k", properties={"p": "1"})
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    _produce(client, topic_name, [f"b{i}" for i in range(10)], batching=True)  # batch indexes in positions
+    df = spark.read.format("pulsar").options(**_opts(standalone, topic=topic_name)).load()
+    rows = df.collect()
+    assert [r.value.decode() for r in rows] == [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)]
+    first = rows[0]
+    assert first["__key"] == "k" and first["__messageProperties"] == {"p": "1"} and first["__topic"] == topic_name
+    assert first["__publishTime"] is not None
+
+    ids = [r["__messageId"] for r in rows]
+    # [start, end) with JSON offsets, start and end inside a batch (message ids are positions).
+    start, end = ids[3], ids[15]
+    part = spark.read.format("pulsar").options(
+        **_opts(
+            standalone,
+            topic=topic_name,
+            startingOffsets=json.dumps({topic_name: start}),
+            endingOffsets=json.dumps({topic_name: end}),
+        )
+    )
+    assert [r.value.decode() for r in part.load().collect()] == [r.value.decode() for r in rows[3:15]]
+
+    by_time = spark.read.format("pulsar").options(**_opts(standalone, topic=topic_name, startingTime=str(middle)))
+    assert [r.value.decode() for r in by_time.load().collect()] == [f"b{i}" for i in range(10)]
+    until = spark.read.format("pulsar").options(**_opts(standalone, topic=topic_name, endingTime=str(middle)))
+    assert until.load().count() == 10
+
+    # Large ranges are split into several Spark partitions, and still read exactly once.
+    split = spark.read.format("pulsar").options(**_opts(standalone, topic=topic_name, maxEntriesPerPartition="3"))
+    loaded = split.load()
+    assert loaded.rdd.getNumPartitions() >= 4
+    assert sorted(r.value.decode() for r in loaded.collect()) == sorted(r.value.decode() for r in rows)
+
+
+def test_partitioned_topic_and_pattern(
+    spark: Any, standalone: StandaloneProcess, client: Any, topic_name: str, tmp_path: Path
+) -> None:
+    base = topic_name.split("/")[-1]
+    _admin(standalone, "PUT", f"persistent/public/default/{base}-p/partitions", 3)
+    _produce(client, f"{topic_name}-p", [f"p{i}" for i in range(30)])
+    df = spark.read.format("pulsar").options(**_opts(standalone, topic=f"{topic_name}-p")).load()
+    assert df.rdd.getNumPartitions() == 3
+    assert sorted(r.value.decode() for r in df.collect()) == sorted(f"p{i}" for i in range(30))
+
+    # A pattern stream picks up a topic created after the query first ran.
+    _produce(client, f"{topic_name}-x1", ["x1-a", "x1-b"])
+    pattern = f"persistent://public/default/{base}-x.*"
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def run() -> None:
+        stream = spark.readStream.format("pulsar").options(
+            **_opts(standalone, topicsPattern=pattern, startingOffsets="earliest")
+        )
+        q = stream.load().writeStream.format("parquet").option("path", out)
+        q.option("checkpointLocation", ckpt).trigger(availableNow=True).start().awaitTermination(120)
+
+    run()
+    _produce(client, f"{topic_name}-x2", ["x2-a"])
+    _produce(client, f"{topic_name}-x1", ["x1-c"])
+    run()
+    got = sorted(r.value.decode() for r in spark.read.parquet(out).collect())
+    assert got == ["x1-a", "x1-b", "x1-c", "x2-a"]
+
+
+def test_stream_available_now_read_limits(
+    spark: Any, standalone: StandaloneProcess, client: Any, topic_name: str, tmp_path: Path
+) -> None:
+    _produce(client, topic_name, [f"s{i:02d}" for i in range(25)])
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    stream = spark.readStream.format("pulsar").options(
+        **_opts(
+            standalone,
+            topic=topic_name,
+            startingOffsets="earliest",
+            maxRecordsPerTrigger="10",
+            commitSubscription="spark-progress",
+        )
+    )
+    q = stream.load().writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+    query = q.trigger(availableNow=True).start()
+    query.awaitTermination(120)
+    rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert rows == [10, 10, 5]
+    got = sorted(r.value.decode() for r in spark.read.parquet(out).collect())
+    assert got == [f"s{i:02d}" for i in range(25)]
+    # The durable subscription follows committed batches only: Spark tells the source that batch N is
+    # committed when it plans batch N+1 (or restarts), so the last batch of this run is still backlog.
+    with urllib.request.urlopen(f"{standalone.http_url}/admin/v2/persistent/{topic_name[13:]}/stats") as r:
+        stats = json.load(r)
+    assert stats["subscriptions"]["spark-progress"]["msgBacklog"] == 5
+
+    # maxBytesPerTrigger: 3-byte values, 12 bytes a trigger -> at most 4 rows a batch.
+    _produce(client, topic_name, [f"t{i:02d}" for i in range(6)])
+    by_bytes = spark.readStream.format("pulsar").options(
+        **_opts(standalone, topic=topic_name, startingOffsets="earliest", maxBytesPerTrigger="12")
+    )
+    q2 = by_bytes.load().writeStream.format("memory").queryName("bybytes").trigger(availableNow=True).start()
+    q2.awaitTermination(120)
+    assert max(p["numInputRows"] for p in q2.recentProgress) == 4
+    assert spark.sql("select count(*) c from bybytes").collect()[0].c == 31
+
+
+def test_sink_exactly_once_when_batch_replayed(
+    spark: Any, standalone: StandaloneProcess, client: Any, topic_name: str, tmp_path: Path
+) -> None:
+    tenant_ns = "public/spark-dedup"
+    try:
+        _admin(standalone, "PUT", f"namespaces/{tenant_ns}")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 409
+    _admin(standalone, "POST", f"namespaces/{tenant_ns}/deduplication", True)
+    name = topic_name.split("/")[-1]
+    src, dst = f"persistent://{tenant_ns}/{name}-in", f"persistent://{tenant_ns}/{name}-out"
+    _produce(client, src, [f"e{i}" for i in range(12)])
+    ckpt = tmp_path / "ckpt"
+
+    def run() -> None:
+        stream = spark.readStream.format("pulsar").options(
+            **_opts(standalone, topic=src, startingOffsets="earliest", maxRecordsPerTrigger="5")
+        )
+        w = stream.load().select("value", "__key").writeStream.format("pulsar")
+        w = w.option("service.url", standalone.service_url).option("topic", dst)
+        w.option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start().awaitTermination(120)
+
+    run()
+    # Forget that the last micro-batch committed: the restarted query replays it with the same offsets.
+    commits = sorted(ckpt.joinpath("commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert len(commits) == 3
+    commits[-1].unlink()
+    commits[-1].with_name(f".{commits[-1].name}.crc").unlink(missing_ok=True)
+    run()
+    got = spark.read.format("pulsar").options(**_opts(standalone, topic=dst)).load().collect()
+    assert sorted(r.value.decode() for r in got) == sorted(f"e{i}" for i in range(12))
+
+
+@pytest.mark.slow
+def test_exactly_once_across_driver_kill9(
+    client: Any, standalone: StandaloneProcess, topic_name: str, tmp_path: Path
+) -> None:
+    values = [f"k{i:03d}" for i in range(60)]
+    _produce(client, topic_name, values[:40])
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(spark_env())
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "topic_to_parquet.py"),
+        "--master=local[2]",
+        f"--service-url={standalone.service_url}",
+        f"--admin-url={standalone.http_url}",
+        f"--topics={topic_name}",
+        "--starting-offsets=earliest",
+        "--max-records-per-trigger=7",
+        f"--output={out}",
+        f"--checkpoint={ckpt}",
+    ]
+    log = open(tmp_path / "driver.log", "wb")  # noqa: SIM115 - closed below
+    driver = subprocess.Popen([*cmd, "--trigger=once-per:1 second"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = list(ckpt.joinpath("commits").glob("[0-9]*")) if ckpt.joinpath("commits").exists() else []
+            if len(done) >= 2:
+                break
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            time.sleep(0.2)
+        else:
+            pytest.fail("driver made no progress:\n" + (tmp_path / "driver.log").read_text()[-3000:])
+        _produce(client, topic_name, values[40:])
+        driver.send_signal(signal.SIGKILL)  # mid-stream, maybe mid-batch
+        driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(30)
+    rerun = subprocess.run(
+        [*cmd, "--trigger=available-now"], env=env, stdout=log, stderr=subprocess.STDOUT, timeout=180
+    )
+    log.close()
+    assert rerun.returncode == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    import pyarrow.parquet as pq
+
+    committed = _committed_files(out)
+    got = sorted(v.decode() for f in committed for v in pq.read_table(f).column("value").to_pylist())
+    assert got == values, f"{len(got)} rows, {len(set(got))} distinct"
+
+
+def _committed_files(out: Path) -> list[str]:
+    """Files the Parquet sink committed (its _spark_metadata log), as Spark readers see them."""
+    files: list[str] = []
+    for entry in sorted(out.joinpath("_spark_metadata").glob("[0-9]*"), key=lambda p: int(p.name.split(".")[0])):
+        for line in entry.read_text().splitlines()[1:]:
+            rec = json.loads(line)
+            if rec.get("action", "add") == "add":
+                files.append(rec["path"].removeprefix("file://"))
+    return files
