@@ -111,13 +111,13 @@ class BookieServerProtocol(asyncio.Protocol):
             length, version, op, rid = unpack(chunk, off)
             if length < p.HEADER_REST or length > max_frame:
                 self._fatal(p.E_BAD_REQUEST, f"bad frame length {length}")
-                return
+                break
             end = off + 4 + length
             if end > n:
                 break
             if version != p.PROTOCOL_VERSION:
                 self._fatal(p.E_BAD_VERSION, f"protocol version {version} not supported (speaks {p.PROTOCOL_VERSION})")
-                return
+                break
             if op == p.OP_ADD:
                 fut = self._add(rid, chunk, off + p.HEADER_SIZE, end)
                 if fut is not None:
@@ -128,6 +128,7 @@ class BookieServerProtocol(asyncio.Protocol):
             off = end
         if futs:
             # The journal resolves futures in append order, so the last one done means all are.
+            # (After a fatal frame too: the callback then only consumes the results.)
             futs[-1].add_done_callback(partial(self._adds_done, rids, futs))
             if self._inflight >= self._max_inflight and not self._read_paused:
                 self._update_reading()
@@ -170,7 +171,9 @@ class BookieServerProtocol(asyncio.Protocol):
         """Answer a chunk's adds; anything not done yet (out of order) gets a callback of its own."""
         if self._closed:
             for fut in futs:
-                if fut.done() and not fut.cancelled():
+                if not fut.done():
+                    fut.add_done_callback(_consume)
+                elif not fut.cancelled():
                     fut.exception()  # consume it: nobody is left to tell
             return
         out = self._out
@@ -369,3 +372,8 @@ class BookieServer:
             conn.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(server.wait_closed(), drain_timeout)
+
+
+def _consume(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()
