@@ -148,6 +148,9 @@ class BookieServerProtocol(asyncio.Protocol):
         if key_end > end:
             self._bad_add(rid, "add request key exceeds the frame")
             return None
+        if lid < 0 or eid < 0:
+            self._bad_add(rid, f"invalid entry {lid}:{eid}")
+            return None
         data = chunk[key_end:end]
         try:
             fut = self._bookie.add_entry_nowait(lid, eid, chunk[key_start:key_end], lac, data, flags & 1 == 1)

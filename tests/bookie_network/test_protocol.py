@@ -7,6 +7,7 @@ real :class:`RemoteBookieClient` or raw sockets for frames no client would send.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -164,6 +165,10 @@ async def test_malformed_frames_get_errors(served: tuple[Bookie, BookieServer]) 
         writer.write(p.encode_read_lac(16, 1))
         _, _, rid, body = await _read_frame(reader)
         assert rid == 16 and p.decode_lac(body) == (-1, 0)
+        writer.write(p.encode_add(17, -1, 0, KEY, -1, b"x") + p.encode_add(18, 1, -2, KEY, -1, b"x"))
+        for rid in (17, 18):
+            _, _, got_rid, body = await _read_frame(reader)
+            assert got_rid == rid and body[0] == p.E_BAD_REQUEST
         # An impossible length: error with request id 0, then the server closes.
         writer.write(struct.pack(">I", 0xFFFFFFF0) + b"\x01\x01\0\0\0\x01")
         _, _, rid, body = await _read_frame(reader)
@@ -218,3 +223,37 @@ def test_frame_reader_splits_anywhere() -> None:
             got.extend(reader.feed(frames[i : i + step]))
         assert [rid for _, _, rid, _ in got] == list(range(1, 21))
         assert [p.decode_add(body)[5] for *_, body in got] == [b"d" * i for i in range(20)]
+
+
+async def test_fuzzed_frames_never_break_the_server(served: tuple[Bookie, BookieServer]) -> None:
+    """Random bodies under valid headers (every op) and random garbage streams, on many connections."""
+    import random
+
+    _, server = served
+    rng = random.Random(1234)
+    good = _client(server)
+    try:
+        for round_ in range(30):
+            reader, writer = await _raw(server)
+            frames = []
+            for i in range(20):
+                op = rng.choice([1, 2, 3, 4, 5, 0, 77, 0x81])
+                body = rng.randbytes(rng.randrange(0, 64))
+                if op == p.OP_ADD and rng.random() < 0.5:  # plausible adds with random fields
+                    key = rng.randbytes(rng.randrange(0, 8))
+                    lid, eid, flags = rng.randrange(-5, 5), rng.randrange(-5, 50), rng.randrange(256)
+                    body = p.ADD_FIXED.pack(lid, eid, -1, flags, len(key)) + key + rng.randbytes(rng.randrange(0, 30))
+                frames.append(p.HEADER.pack(p.HEADER_REST + len(body), 1, op, i + 1) + body)
+            stream = b"".join(frames)
+            if round_ % 3 == 0:
+                stream += rng.randbytes(rng.randrange(1, 40))  # trailing garbage
+            writer.write(stream)
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+                for _ in range(20):
+                    await _read_frame(reader)
+            writer.close()
+        await good.add_entry(99, 0, KEY, -1, b"still fine")
+        assert await good.read_entries(99, 0, 0) == [(0, b"still fine")]
+        assert good.connects == 1
+    finally:
+        await good.close()
