@@ -15,6 +15,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import socket
 from typing import Any
 
 from . import protocol as p
@@ -250,6 +251,7 @@ class RemoteBookieClient(BookieClient):
             if self._closed:
                 conn.transport.close()  # type: ignore[union-attr]
                 return
+            _keepalive(conn.transport)
             self.connects += 1
             self._conn = conn
             queued, self._queued = self._queued, []
@@ -343,3 +345,15 @@ class RemoteBookieClient(BookieClient):
             conn._shutdown(err)
             if conn.transport is not None:
                 conn.transport.close()
+
+
+def _keepalive(transport: asyncio.BaseTransport | None) -> None:
+    """TCP keep-alive probes: a bookie host that vanished without a reset is noticed in ~25 s."""
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
