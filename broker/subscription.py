@@ -94,7 +94,8 @@ class Subscription:
             return
         self.consumers.remove(consumer)
         consumer.closed = True
-        if self.dispatcher is not None:
+        if self.dispatcher is not None and not self.topic.closed:
+            # (a closed topic's cursors are closed: nothing to rewind or redeliver)
             await self.dispatcher.remove_consumer(consumer)
         if not self.consumers and not self.durable and not self._resetting:
             # A reader's (non-durable) subscription lives only as long as its consumer.
