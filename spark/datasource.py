@@ -21,13 +21,38 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
+
+try:  # admission control and availableNow for Python sources arrived in Spark 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxBytes,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    HAS_ADMISSION_CONTROL = True
+except ImportError:  # Spark 4.0/4.1: latestOffset() takes no arguments; read everything available
+    HAS_ADMISSION_CONTROL = False
+
+    class ReadLimit:  # type: ignore[no-redef]
+        """Stand-in so the reader also loads on Spark 4.0/4.1 (limits are not applied there)."""
+
+    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
+        pass
+
+    @dataclass
+    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
+        max_rows: int
+
+    @dataclass
+    class ReadMaxBytes(ReadLimit):  # type: ignore[no-redef]
+        max_bytes: int
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+
 from pyspark.sql.types import StructType
 
 from magnetar.spark import client_io
@@ -241,6 +266,8 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.ceiling = to_json_dict(self.planner.ends(self.planner.topic_partitions()))
 
     def latestOffset(self, start: dict[str, str] | None = None, limit: ReadLimit | None = None) -> dict[str, str]:
+        if start is None:  # Spark 4.0/4.1 API: no start, no limit -> everything available now
+            limit = ReadAllAvailable()
         begin = load_offset(start or {})
         parts = self.planner.topic_partitions()
         ends = self.planner.ends(parts)

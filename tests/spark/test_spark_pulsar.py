@@ -47,6 +47,7 @@ def _opts(broker: StandaloneProcess, **extra: str) -> dict[str, str]:
 
 def test_batch_read_offsets_and_times(spark: Any, standalone: StandaloneProcess, client: Any, topic_name: str) -> None:
     _produce(client, topic_name, [f"a{i}" for i in range(10)], partition_key="k", properties={"p": "1"})
+    time.sleep(0.05)  # publish times have millisecond resolution: keep `middle` strictly between
     middle = int(time.time() * 1000)
     time.sleep(0.05)
     _produce(client, topic_name, [f"b{i}" for i in range(10)], batching=True)  # batch indexes in positions
