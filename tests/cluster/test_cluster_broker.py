@@ -114,6 +114,26 @@ def cluster(tmp_path: Path) -> Iterator[tuple[EtcdServer, list, ClusterBroker]]:
         etcd.stop()
 
 
+def _wait_registered(etcd: EtcdServer, count: int, timeout: float = 20.0) -> None:
+    """Wait until exactly ``count`` bookies are registered as writable."""
+    import asyncio
+
+    from magnetar.metadata import open_metadata_store
+
+    async def writable() -> int:
+        store = open_metadata_store(etcd.url)
+        try:
+            return len([c for c in await store.get_children("/ledgers/available") if c != "readonly"])
+        finally:
+            await store.close()
+
+    deadline = time.monotonic() + timeout
+    while asyncio.run(writable()) != count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"expected {count} writable bookies")
+        time.sleep(0.3)
+
+
 def _client(broker: ClusterBroker) -> pulsar.Client:
     return pulsar.Client(
         broker.service_url, operation_timeout_seconds=20, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
@@ -157,7 +177,7 @@ def test_etcd_restart_and_missing_bookies(cluster) -> None:  # type: ignore[no-u
     # Two of four bookies gone: fewer writable bookies than the ensemble (3) -> clear failures...
     for b in bookies[:2]:
         b.kill()
-    time.sleep(3)  # registrations expire (2 s leases)
+    _wait_registered(etcd, 2)  # their leased registrations expire
     # Reloading the topic needs a new ledger on 3 bookies: only 2 are writable.
     unload = urllib.request.Request(
         f"http://127.0.0.1:{broker.http_port}/admin/v2/persistent/public/default/outages/unload", method="PUT"
