@@ -45,6 +45,7 @@ def spark() -> Iterator[object]:
         SparkSession.builder.master("local[2]")
         .appName("magnetar-spark-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
