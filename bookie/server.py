@@ -299,7 +299,7 @@ class BookieServerProtocol(asyncio.Protocol):
         """Pause reading while too many adds are in flight or the peer does not read its responses."""
         if self._closed or self._transport is None:
             return
-        want_pause = self._write_paused or self._inflight >= self._max_inflight
+        want_pause = self._write_paused or self._inflight >= self._max_inflight or self._server.closing
         if want_pause and not self._read_paused:
             self._read_paused = True
             self._stats.read_pauses += 1
@@ -350,6 +350,8 @@ class BookieServer:
         #: A read response holds at most about this many entry bytes (at least one entry).
         self.max_read_bytes = max_read_bytes
         self.stats = ServerStats()
+        #: Set by close(): connections stop reading.
+        self.closing = False
         self._server: asyncio.Server | None = None
         self._connections: set[BookieServerProtocol] = set()
 
@@ -366,6 +368,10 @@ class BookieServer:
             return
         server, self._server = self._server, None
         server.close()
+        # Take no new requests, but answer the adds already accepted.
+        self.closing = True
+        for conn in list(self._connections):
+            conn._update_reading()
         # Give adds in flight the chance to be answered before the connections go.
         for _ in range(int(drain_timeout / 0.01)):
             if self.stats.inflight_adds <= 0:

@@ -257,3 +257,23 @@ async def test_fuzzed_frames_never_break_the_server(served: tuple[Bookie, Bookie
         assert good.connects == 1
     finally:
         await good.close()
+
+
+async def test_server_close_answers_accepted_adds(served: tuple[Bookie, BookieServer]) -> None:
+    """Closing the server stops reading, answers the adds it accepted, then closes: nothing hangs."""
+    _, server = served
+    c = _client(server)
+    try:
+        await c.add_entry(4, 0, KEY, -1, b"first")
+        futs = [c.add_entry_nowait(4, e, KEY, e - 1, b"y" * 100) for e in range(1, 3000)]
+        for _ in range(50):  # let some of them reach the bookie
+            if server.stats.adds > 1:
+                break
+            await asyncio.sleep(0.001)
+        await asyncio.wait_for(server.close(), 10)
+        results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 10)
+        ok = sum(r is None for r in results)
+        assert all(r is None or isinstance(r, BookieUnavailableError) for r in results)
+        assert ok == server.stats.adds - 1  # every accepted add was answered with success
+    finally:
+        await c.close()
