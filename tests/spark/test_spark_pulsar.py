@@ -245,3 +245,16 @@ def _committed_files(out: Path) -> list[str]:
             if rec.get("action", "add") == "add":
                 files.append(rec["path"].removeprefix("file://"))
     return files
+
+
+def test_fail_on_data_loss(spark: Any, standalone: StandaloneProcess, client: Any, topic_name: str) -> None:
+    _produce(client, topic_name, ["d0", "d1", "d2"])
+    # Ledger 0 is older than this topic's first ledger: as if retention had trimmed it under the query.
+    gone = json.dumps({topic_name: "0:0"})
+    strict = spark.read.format("pulsar").options(**_opts(standalone, topic=topic_name, startingOffsets=gone))
+    with pytest.raises(Exception, match="no longer available"):
+        strict.load().collect()
+    lenient = spark.read.format("pulsar").options(
+        **_opts(standalone, topic=topic_name, startingOffsets=gone, failOnDataLoss="false")
+    )
+    assert [r.value.decode() for r in lenient.load().collect()] == ["d0", "d1", "d2"]
