@@ -115,12 +115,28 @@ def scan_limit(
 
 
 def position_at_time(client: Any, topic: str, timestamp_ms: int, end: Position, poll_timeout_ms: int) -> Position:
-    """Position of the first message published at or after ``timestamp_ms`` (``end`` when there is none)."""
+    """Position of the first message published at or after ``timestamp_ms`` (``end`` when there is none).
+
+    The broker seeks by publish time (to an entry); messages before the time are skipped client-side.
+    """
     if end == EARLIEST:
         return EARLIEST
-    for msg in iter_range(client, topic, EARLIEST, end, poll_timeout_ms):
-        if msg.publish_timestamp() >= timestamp_ms:
-            return message_position(msg)
+    import pulsar
+
+    reader = client.create_reader(
+        topic, pulsar.MessageId.earliest, reader_name=f"spark-{uuid.uuid4().hex[:12]}", start_message_id_inclusive=True
+    )
+    try:
+        reader.seek(timestamp_ms)
+        while reader.has_message_available():
+            msg = reader.read_next(timeout_millis=poll_timeout_ms)
+            pos = message_position(msg)
+            if pos >= end:
+                break
+            if msg.publish_timestamp() >= timestamp_ms:
+                return pos
+    finally:
+        reader.close()
     return end
 
 
