@@ -214,10 +214,10 @@ class _Planner:
                 ranges.append(TopicRange(topic, str(s), str(e)))
         return ranges
 
-    def read(self, part: TopicRange) -> Iterator[tuple[Any, ...]]:
+    def read(self, part: TopicRange) -> Iterator[Any]:
         start, end = Position.parse(part.start), Position.parse(part.end)
-        for msg in client_io.iter_range(self.client, part.topic, start, end, self.opts.poll_timeout_ms):
-            yield client_io.to_row(msg, part.topic)
+        messages = client_io.iter_range(self.client, part.topic, start, end, self.opts.poll_timeout_ms)
+        yield from client_io.to_arrow_batches(messages, part.topic)
 
 
 class PulsarBatchReader(DataSourceReader):
@@ -234,7 +234,7 @@ class PulsarBatchReader(DataSourceReader):
         finally:
             self.planner.close()
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TopicRange)
         try:
             yield from self.planner.read(partition)
@@ -309,7 +309,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
         return self.planner.plan(load_offset(start), load_offset(end))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TopicRange)
         try:
             yield from self.planner.read(partition)
