@@ -345,6 +345,7 @@ class LedgerWriteHandle(WriteHandle):
         self._change_task: asyncio.Task[None] | None = None
         self._changed_at = 0.0  # add timeouts count from the last ensemble change at the earliest
         self.ensemble_changes = 0
+        self._degraded_logged = False
         self._closing = False
         self._closed = False
         self._reader = EntryReader(ctx, ledger_id, metadata)
@@ -495,9 +496,10 @@ class LedgerWriteHandle(WriteHandle):
 
     async def _change_ensemble(self) -> None:
         """Replace failed slots until none is left (or none can be replaced), then resume."""
+        unreplaced: set[int] = set()
         try:
-            while self._failed and self._error is None:
-                failed = set(self._failed)
+            # Failures reported during a round (they join self._failed) get a round of their own.
+            while (failed := self._failed - unreplaced) and self._error is None:
                 try:
                     replaced = await self._replace_bookies(failed)
                 except LedgerError as e:
@@ -508,10 +510,9 @@ class LedgerWriteHandle(WriteHandle):
                     return
                 if replaced:
                     self._install(replaced)
-                unreplaced = failed - replaced.keys()
-                if unreplaced:
-                    self._degrade(unreplaced)
-                    return
+                unreplaced |= failed - replaced.keys()
+            if unreplaced and self._error is None:
+                self._degrade(unreplaced)
         finally:
             self._changing = False
             self._change_task = None
@@ -580,6 +581,7 @@ class LedgerWriteHandle(WriteHandle):
             self._nowait[idx] = getattr(client, "add_entry_nowait", None)
             self._failed.discard(idx)
         self.ensemble_changes += 1
+        self._degraded_logged = False
         self._changed_at = time.monotonic()
         md = self.metadata
         E, Qw, Qa = md.ensemble_size, md.write_quorum, md.ack_quorum
@@ -609,7 +611,9 @@ class LedgerWriteHandle(WriteHandle):
                 )
             )
             return
-        log.warning("ledger %d: no replacement for %s; writing degraded, retrying later", self.ledger_id, names)
+        level = logging.DEBUG if self._degraded_logged else logging.WARNING  # retried every tick
+        self._degraded_logged = True
+        log.log(level, "ledger %d: no replacement for %s; writing degraded, retrying later", self.ledger_id, names)
 
     def _fail(self, err: LedgerError) -> None:
         """Fail every pending add and all later ones (later adds cannot complete in order)."""
