@@ -78,6 +78,7 @@ from magnetar.spark.options import (
     SourceOptions,
     coerce_client_options,
     producer_name,
+    route,
     sequence_id,
 )
 
@@ -359,6 +360,7 @@ class _Sender:
 
         client = client_io.make_client(self.opts.service_url, coerce_client_options(self.opts.client_options))
         producers: dict[str, Any] = {}
+        partitions: dict[str, list[str]] = {}
         errors: list[str] = []
 
         import pulsar
@@ -374,6 +376,13 @@ class _Sender:
                 topic = self.opts.topic or _field(data, "__topic", "topic")
                 if not topic:
                     raise ValueError("no topic: set option topic or provide a __topic column")
+                key = _field(data, "__key", "key")
+                if name_base is not None:
+                    # Exactly-once: write to the partitions ourselves, routed deterministically.
+                    names = partitions.get(topic)
+                    if names is None:
+                        names = partitions[topic] = list(client.get_topic_partitions(topic))
+                    topic = names[route(None if key is None else str(key), index, len(names))]
                 producer = producers.get(topic)
                 if producer is None:
                     kwargs: dict[str, Any] = {"block_if_queue_full": True, "send_timeout_millis": 0}
@@ -386,7 +395,6 @@ class _Sender:
                 if isinstance(value, str):
                     value = value.encode()
                 kwargs = {}
-                key = _field(data, "__key", "key")
                 if key is not None:
                     kwargs["partition_key"] = str(key)
                 props = _field(data, "__messageProperties", "properties")

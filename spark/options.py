@@ -234,3 +234,25 @@ def sequence_id(batch_id: int, row_index: int) -> int:
 def producer_name(prefix: str, query_id: str, partition_id: int) -> str:
     """Deterministic producer name per (query, Spark partition): a replay reconnects as the same producer."""
     return f"{prefix}-{query_id}-{partition_id}"
+
+
+def java_string_hash(key: str) -> int:
+    """Java's ``String.hashCode() & Integer.MAX_VALUE`` (the Java client's default key hashing)."""
+    h = 0
+    data = key.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h & 0x7FFFFFFF
+
+
+def route(key: str | None, row_index: int, partitions: int) -> int:
+    """Deterministic partition of a row: by key hash like the Java client, else round-robin by row index.
+
+    Exactly-once writes need the same row to land on the same partition when a micro-batch is replayed
+    (deduplication is per partition and producer); the clients' default round-robin starts at a random one.
+    """
+    if partitions <= 1:
+        return 0
+    if key:
+        return java_string_hash(key) % partitions
+    return row_index % partitions

@@ -178,3 +178,15 @@ def test_sink_options_and_sequence_ids() -> None:
         "c": True,
         "d": "x",
     }
+
+
+def test_deterministic_routing() -> None:
+    from magnetar.spark.options import java_string_hash, route
+
+    # Java: "hello".hashCode() == 99162322; "polygenelubricants".hashCode() == Integer.MIN_VALUE
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("polygenelubricants") == 0
+    assert java_string_hash("") == 0
+    assert route("hello", 5, 4) == 99162322 % 4
+    assert [route(None, i, 3) for i in range(4)] == [0, 1, 2, 0]
+    assert route("x", 9, 1) == 0

@@ -162,14 +162,17 @@ def test_sink_exactly_once_when_batch_replayed(
     _admin(standalone, "POST", f"namespaces/{tenant_ns}/deduplication", True)
     name = topic_name.split("/")[-1]
     src, dst = f"persistent://{tenant_ns}/{name}-in", f"persistent://{tenant_ns}/{name}-out"
-    _produce(client, src, [f"e{i}" for i in range(12)])
+    _produce(client, src, [f"e{i}" for i in range(6)])
+    _produce(client, src, [f"e{i}" for i in range(6, 12)], partition_key="K", properties={"p": "v"})
+    # A partitioned target: replayed rows must be routed to the same partitions to be deduplicated.
+    _admin(standalone, "PUT", f"persistent/{tenant_ns}/{name}-out/partitions", 3)
     ckpt = tmp_path / "ckpt"
 
     def run() -> None:
         stream = spark.readStream.format("pulsar").options(
             **_opts(standalone, topic=src, startingOffsets="earliest", maxRecordsPerTrigger="5")
         )
-        w = stream.load().select("value", "__key").writeStream.format("pulsar")
+        w = stream.load().select("value", "__key", "__messageProperties").writeStream.format("pulsar")
         w = w.option("service.url", standalone.service_url).option("topic", dst)
         w.option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start().awaitTermination(120)
 
@@ -182,6 +185,9 @@ def test_sink_exactly_once_when_batch_replayed(
     run()
     got = spark.read.format("pulsar").options(**_opts(standalone, topic=dst)).load().collect()
     assert sorted(r.value.decode() for r in got) == sorted(f"e{i}" for i in range(12))
+    keyed = {r.value.decode(): (r["__key"], r["__messageProperties"]) for r in got}
+    assert keyed["e7"] == ("K", {"p": "v"}) and keyed["e1"] == (None, {})
+    assert len({r["__topic"] for r in got}) > 1  # spread over the partitions
 
 
 @pytest.mark.slow
