@@ -93,6 +93,24 @@ def test_partitioned_topic_and_pattern(
     assert df.rdd.getNumPartitions() == 3
     assert sorted(r.value.decode() for r in df.collect()) == sorted(f"p{i}" for i in range(30))
 
+    # A stream picks up partitions added to the topic after it first ran.
+    grow_out, grow_ckpt = str(tmp_path / "grow-out"), str(tmp_path / "grow-ckpt")
+
+    def run_partitioned() -> None:
+        stream = spark.readStream.format("pulsar").options(
+            **_opts(standalone, topic=f"{topic_name}-p", startingOffsets="earliest")
+        )
+        q = stream.load().writeStream.format("parquet").option("path", grow_out)
+        q.option("checkpointLocation", grow_ckpt).trigger(availableNow=True).start().awaitTermination(120)
+
+    run_partitioned()
+    _admin(standalone, "POST", f"persistent/public/default/{base}-p/partitions", 4)
+    _produce(client, f"{topic_name}-p", [f"q{i}" for i in range(8)])
+    run_partitioned()
+    grown = spark.read.parquet(grow_out).collect()
+    assert sorted(r.value.decode() for r in grown) == sorted([f"p{i}" for i in range(30)] + [f"q{i}" for i in range(8)])
+    assert f"{topic_name}-p-partition-3" in {r["__topic"] for r in grown}
+
     # A pattern stream picks up a topic created after the query first ran.
     _produce(client, f"{topic_name}-x1", ["x1-a", "x1-b"])
     pattern = f"persistent://public/default/{base}-x.*"
