@@ -81,7 +81,12 @@ class Admin:
 
     def end_position(self, topic: str) -> Position:
         """Exclusive end of a concrete topic now (after its last entry; EARLIEST when empty)."""
-        data = self._call("GET", f"{_path(topic)}/lastMessageId")
+        try:
+            data = self._call("GET", f"{_path(topic)}/lastMessageId")
+        except AdminError as exc:
+            if exc.status != 404:
+                raise
+            return after_last(-1, -1)  # not created yet: empty, so a stream can start before its topic
         return after_last(int(data.get("ledgerId", -1)), int(data.get("entryId", -1)))
 
     def internal_stats(self, topic: str) -> dict[str, Any]:
