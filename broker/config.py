@@ -28,6 +28,12 @@ class BrokerConfig:
     data_dir: str = "data"
     #: Metadata store of a cluster broker (``etcd://host:port[,host:port]``); standalone embeds its own.
     metadata_store_url: str = ""
+    #: Run bookie auto-recovery inside this (cluster) broker (BookKeeper's autoRecoveryDaemonEnabled).
+    auto_recovery_daemon_enabled: bool = True
+    #: Seconds between auto-recovery passes (auditorPeriodicCheckInterval, here in seconds).
+    auditor_periodic_check_interval: float = 30
+    #: Seconds a bookie must be gone before its ledgers are re-replicated (BookKeeper's lostBookieRecoveryDelay).
+    lost_bookie_recovery_delay: float = 30
     #: Largest message (payload + metadata) a producer may send; the frame limit adds 10 KiB.
     max_message_size: int = 5 * 1024 * 1024
     keep_alive_interval_seconds: int = 30

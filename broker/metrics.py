@@ -120,6 +120,28 @@ def render(service: BrokerService) -> str:
         lines.append(f"pulsar_ml_cache_used_size{_labels(cluster=cluster)} {cache.size}")
         lines += _header("pulsar_ml_cache_evictions", "counter", "Entry-cache eviction runs")
         lines.append(f"pulsar_ml_cache_evictions{_labels(cluster=cluster)} {cache.evictions}")
+    recovery = getattr(service, "auto_recovery", None)
+    if recovery is not None:
+        stats = recovery.stats
+        for name, kind, text, value in (
+            (
+                "magnetar_autorecovery_under_replicated_ledgers",
+                "gauge",
+                "Ledgers marked under-replicated",
+                stats.under_replicated,
+            ),
+            ("magnetar_autorecovery_lost_bookies", "gauge", "Bookies lost from ensembles", len(stats.lost_bookies)),
+            (
+                "magnetar_autorecovery_ledgers_recovered_total",
+                "counter",
+                "Ledgers re-replicated",
+                stats.ledgers_recovered,
+            ),
+            ("magnetar_autorecovery_entries_copied_total", "counter", "Entries copied", stats.entries_copied),
+            ("magnetar_autorecovery_failures_total", "counter", "Failed recovery attempts", stats.failures),
+        ):
+            lines += _header(name, kind, text)
+            lines.append(f"{name}{_labels(cluster=cluster)} {value}")
     lines += list(_process_metrics())
     return "\n".join(lines) + "\n"
 

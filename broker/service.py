@@ -8,6 +8,7 @@ import itertools
 import json
 import logging
 import time
+from typing import Any
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
@@ -50,6 +51,8 @@ class BrokerService:
         self.policies = PolicyStore(store, config)
         self.policies.add_listener(self._on_policies_changed)
         self.housekeeper = Housekeeper(self)
+        #: Bookie auto-recovery running in this broker (cluster mode), for its status and metrics.
+        self.auto_recovery: Any = None
         self.connections: set[ServerConnection] = set()
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._server: asyncio.base_events.Server | None = None

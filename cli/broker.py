@@ -43,6 +43,20 @@ async def start_cluster_broker(node: BrokerNode) -> None:
     registry = MetadataBookieRegistry(store)
     await registry.start()  # closed by the ledger client
     service = await node.start_broker(store, registry)
+    if config.auto_recovery_daemon_enabled:
+        from magnetar.ledger.autorecovery import AutoRecovery, AutoRecoveryConfig
+
+        recovery = AutoRecovery(
+            store,
+            registry,
+            AutoRecoveryConfig(
+                check_interval_s=config.auditor_periodic_check_interval,
+                lost_bookie_grace_s=config.lost_bookie_recovery_delay,
+            ),
+        )
+        await recovery.start()
+        node.on_close(recovery.close)
+        service.auto_recovery = recovery
     log.info(
         "magnetar broker ready: cluster %s, binary protocol on %s:%d, HTTP on %s:%d, metadata %s",
         config.cluster_name,

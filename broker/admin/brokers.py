@@ -56,3 +56,15 @@ async def list_brokers(request: web.Request) -> web.Response:
         raise not_found("Cluster does not exist")
     # One broker per cluster until multi-broker clusters exist.
     return json_response([_broker_id(request)] if cluster == service.config.cluster_name else [])
+
+
+@routes.get(
+    "/admin/v2/autorecovery/status",
+    summary="Bookie auto-recovery: lost bookies, under-replicated ledgers, counters (Magnetar)",
+    responses={200: "status", 404: "auto-recovery does not run in this broker"},
+)
+async def autorecovery_status(request: web.Request) -> web.Response:
+    recovery = service_of(request).auto_recovery
+    if recovery is None:
+        raise not_found("Auto-recovery does not run in this broker (standalone has a single bookie)")
+    return json_response(await recovery.status())
