@@ -105,10 +105,11 @@ async def test_unreachable_and_reconnect(served: tuple[Bookie, BookieServer], tm
         # Drop every server-side connection: the next call reconnects.
         for conn in list(server._connections):
             conn.close()
-        for _ in range(100):
+        for _ in range(500):  # bounded: the client notices the close on its next loop turns
             if c._conn is None:
                 break
             await asyncio.sleep(0.01)
+        assert c._conn is None
         assert await c.read_entries(1, 0, 0) == [(0, b"x")]
         assert c.connects == 2
     finally:
