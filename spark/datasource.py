@@ -355,6 +355,15 @@ class _Sender:
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
 
+    def producer_options(self) -> dict[str, Any]:
+        """``pulsar.producer.<arg>`` options as ``create_producer`` keyword arguments."""
+        import pulsar
+
+        out = coerce_client_options(self.opts.producer_options)
+        if isinstance(out.get("compression_type"), str):
+            out["compression_type"] = getattr(pulsar.CompressionType, out["compression_type"])
+        return out
+
     def send_all(self, rows: Iterator[Any], name_base: str | None, batch_id: int | None) -> int:
         import datetime as dt
 
@@ -386,6 +395,7 @@ class _Sender:
                 producer = producers.get(topic)
                 if producer is None:
                     kwargs: dict[str, Any] = {"block_if_queue_full": True, "send_timeout_millis": 0}
+                    kwargs.update(self.producer_options())
                     if name_base is not None:
                         # Broker deduplication works per producer name and on whole entries: one message
                         # per entry keeps "sequence id not above the last persisted one" exact.

@@ -92,8 +92,7 @@ def normalize_topic(name: str) -> str:
     raise ValueError(f"invalid topic name: {name!r}")
 
 
-def _client_options(options: Mapping[str, str]) -> dict[str, str]:
-    prefix = "pulsar.client."
+def _client_options(options: Mapping[str, str], prefix: str = "pulsar.client.") -> dict[str, str]:
     return {k[len(prefix) :]: v for k, v in options.items() if k.lower().startswith(prefix)}
 
 
@@ -200,6 +199,7 @@ class SinkOptions:
     exactly_once: bool = True
     producer_prefix: str = "spark"
     client_options: dict[str, str] = field(default_factory=dict)
+    producer_options: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -216,6 +216,7 @@ class SinkOptions:
             exactly_once=_bool(_get(options, "exactlyOnce"), True),
             producer_prefix=_get(options, "producerNamePrefix", "spark") or "spark",
             client_options=_client_options(options),
+            producer_options=_client_options(options, "pulsar.producer."),
         )
 
 

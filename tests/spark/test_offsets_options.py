@@ -157,7 +157,8 @@ def test_streaming_rejects_ending() -> None:
 
 
 def test_sink_options_and_sequence_ids() -> None:
-    o = SinkOptions.parse({"service.url": "pulsar://h:6650", "topic": "out"})
+    o = SinkOptions.parse({"service.url": "pulsar://h:6650", "topic": "out", "pulsar.producer.compression_type": "LZ4"})
+    assert o.producer_options == {"compression_type": "LZ4"}
     assert o.topic == "persistent://public/default/out" and o.exactly_once
     assert SinkOptions.parse({"service.url": "x", "exactlyOnce": "false"}).topic is None
     with pytest.raises(ValueError):
