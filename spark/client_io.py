@@ -64,9 +64,13 @@ def iter_range(client: Any, topic: str, start: Position, end: Position, poll_tim
     if end <= start:
         return
     reader = open_reader(client, topic, start)
+    # Entries before `end`'s entry exist (ends come from lastMessageId), so while the entry read last is
+    # not the end entry another message is certainly coming: ask the broker only near the end.
+    certain_before = Position(end.ledger, end.entry - 1, -1) if end.batch < 0 else Position(end.ledger, end.entry, -1)
+    last = start
     try:
         while True:
-            if not reader.has_message_available():
+            if Position(last.ledger, last.entry, -1) >= certain_before and not reader.has_message_available():
                 return
             try:
                 msg = reader.read_next(timeout_millis=poll_timeout_ms)
@@ -74,7 +78,7 @@ def iter_range(client: Any, topic: str, start: Position, end: Position, poll_tim
                 if "Timeout" in type(exc).__name__ or "timeout" in str(exc).lower():
                     return
                 raise
-            pos = message_position(msg)
+            pos = last = message_position(msg)
             if pos >= end:
                 return
             if pos < start:
