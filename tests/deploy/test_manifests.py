@@ -14,8 +14,12 @@ import yaml
 from tests.deploy import tools
 from tests.deploy.test_crds import schemas_by_kind
 
+# The operator's install manifests; samples are custom resources (checked against the CRDs) and
+# manifests/spark holds Spark-operator resources checked by tests/spark/test_spark_manifests.py.
 MANIFEST_FILES = sorted(
-    p for p in tools.MANIFESTS.rglob("*.yaml") if "samples" not in p.parts and p.name != "kustomization.yaml"
+    p
+    for p in tools.MANIFESTS.rglob("*.yaml")
+    if not {"samples", "spark"} & set(p.parts) and p.name != "kustomization.yaml"
 )
 
 
