@@ -221,6 +221,24 @@ async def examine(request: web.Request) -> web.StreamResponse:
     return message_response(await ml.read_entry(position))
 
 
+@routes.get(
+    f"{TOPIC}/ledger/{{ledgerId}}/entry/{{entryId}}",
+    summary="Get a message by its ledger and entry id",
+    responses={200: "message", 404: "no such message"},
+)
+async def get_message_by_id(request: web.Request) -> web.StreamResponse:
+    topic = await existing_topic(service_of(request), topic_from(request))
+    position = Position(_int_path(request, "ledgerId", minimum=0), _int_path(request, "entryId", minimum=0))
+    ml = topic.ledger
+    if not (ml.first_position <= position <= ml.last_confirmed_entry) or position.entry_id < 0:
+        raise not_found(f"Message not found: {position}")
+    try:
+        entry = await ml.read_entry(position)
+    except Exception:
+        raise not_found(f"Message not found: {position}") from None
+    return message_response(entry)
+
+
 def message_response(entry: Entry) -> web.Response:
     """A stored message as Pulsar's admin API returns it: payload body, metadata in ``X-Pulsar-*`` headers."""
     metadata, payload = parse_metadata(entry.data)

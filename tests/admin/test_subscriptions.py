@@ -113,3 +113,11 @@ def test_peek_batched_compressed_entry(client: pulsar.Client, topic_name: str, t
     reply = call("GET", f"{topic_url}/subscription/b/position/1")
     assert reply.status == 200 and int(reply.headers["X-Pulsar-num-batch-message"]) >= 2
     assert b"batched-0" in reply.body  # decompressed for the reader
+
+
+def test_get_message_by_id(client: pulsar.Client, topic_name: str, topic_url: str) -> None:
+    ids = _fill(client, topic_name, 3)
+    reply = call("GET", f"{topic_url}/ledger/{ids[1].ledger_id()}/entry/{ids[1].entry_id()}")
+    assert reply.status == 200 and reply.body == b"m1" and reply.headers["X-Pulsar-PROPERTY-i"] == "1"
+    assert call("GET", f"{topic_url}/ledger/{ids[1].ledger_id()}/entry/999999").status == 404
+    assert call("GET", f"{topic_url}/ledger/x/entry/1").status == 400
