@@ -106,6 +106,12 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
     dispatcher = sub.dispatcher
     active = getattr(dispatcher, "active", None)
     consumers = [consumer_stats(c) for c in sub.consumers]
+    ranges_of = getattr(dispatcher, "consumer_key_hash_ranges", None)
+    if ranges_of is not None:  # Key_Shared: each consumer's hash ranges, as Pulsar reports them
+        ranges = ranges_of()
+        for c, stats in zip(sub.consumers, consumers, strict=True):
+            stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in ranges.get(c, [])]
+    joined = getattr(dispatcher, "recently_joined", {})
     return {
         "msgRateOut": sum(c["msgRateOut"] for c in consumers),
         "msgThroughputOut": sum(c["msgThroughputOut"] for c in consumers),
@@ -132,7 +138,7 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
         "isDurable": sub.durable,
         "isReplicated": False,
         "allowOutOfOrderDelivery": False,
-        "consumersAfterMarkDeletePosition": {},
+        "consumersAfterMarkDeletePosition": {c.name: str(p) for c, p in joined.items()},
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "subscriptionProperties": dict(sub.cursor.properties),

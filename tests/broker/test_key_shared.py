@@ -660,3 +660,14 @@ async def test_redelivered_entries_of_unknown_key_are_read_before_new_entries() 
     await _settle()
     assert _got(a) == [("x", 0), ("x", 1), ("x", 0), ("x", 1), ("x", 2)]
     await sub.dispatcher.close()
+
+
+def test_stats_show_key_hash_ranges(standalone, client: pulsar.Client, topic_name: str) -> None:  # type: ignore[no-untyped-def]
+    from tests.admin.rest import call
+
+    for name in ("a", "b"):
+        client.subscribe(topic_name, "ks-stats", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=name)
+    path = topic_name.replace("persistent://", "persistent/")
+    stats = call("GET", f"{standalone.http_url}/admin/v2/{path}/stats").json["subscriptions"]["ks-stats"]
+    ranges = {c["consumerName"]: c["keyHashRanges"] for c in stats["consumers"]}
+    assert set(ranges) == {"a", "b"} and all(r and r[0].startswith("[") for r in ranges.values())
