@@ -135,6 +135,30 @@ def _wait_registered(etcd: EtcdServer, count: int, timeout: float = 20.0) -> Non
         time.sleep(0.3)
 
 
+def _ensemble_member(etcd: EtcdServer, broker: ClusterBroker, topic: str, bookies: list):  # type: ignore[no-untyped-def,type-arg]
+    """A bookie in the current ensemble of ``topic``'s open ledger."""
+    import asyncio
+
+    from magnetar.metadata import open_metadata_store
+
+    path = topic.replace("persistent://", "persistent/")
+    url = f"http://127.0.0.1:{broker.http_port}/admin/v2/{path}/internalStats"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        ledger_id = json.loads(r.read())["ledgers"][-1]["ledgerId"]
+
+    async def ensemble() -> list[str]:
+        store = open_metadata_store(etcd.url)
+        try:
+            value = await store.get(f"/ledgers/L{ledger_id:010d}")
+            assert value is not None
+            return json.loads(value.data)["ensembles"][-1][1]
+        finally:
+            await store.close()
+
+    members = asyncio.run(ensemble())
+    return next(b for b in bookies if b.address in members)
+
+
 def _client(broker: ClusterBroker) -> pulsar.Client:
     return pulsar.Client(
         broker.service_url, operation_timeout_seconds=20, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
@@ -238,12 +262,14 @@ def test_bookie_kill9_while_producing(tmp_path: Path) -> None:
         consumer = client.subscribe(topic, "s", initial_position=E)
         producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=30000)
         acked = []
+        victim = None
         for i in range(600):
             payload = f"m{i}".encode()
             producer.send(payload)
             acked.append(payload)
-            if i == 200:
-                bookies[0].kill()  # one of the four; likely in the ensemble of the open ledger
+            if i == 200:  # kill -9 a bookie of the open ledger's ensemble
+                victim = _ensemble_member(etcd, broker, topic, bookies)
+                victim.kill()
         got = [consumer.receive(timeout_millis=15000).data() for _ in range(len(acked))]
         assert got == acked
         with pytest.raises(pulsar.Timeout):
@@ -254,7 +280,7 @@ def test_bookie_kill9_while_producing(tmp_path: Path) -> None:
         while time.monotonic() < deadline:
             with urllib.request.urlopen(status_url, timeout=5) as r:
                 status = json.loads(r.read())
-            lost = bookies[0].address in status.get("lostBookies", [])
+            lost = victim.address in status.get("lostBookies", [])
             if lost and status.get("ledgersRecovered", 0) > 0 and not status.get("underReplicatedLedgers"):
                 break
             time.sleep(1)
