@@ -1,8 +1,7 @@
--- Argo CD health check for magnetar.io/v1alpha1 RetentionPolicy.
+-- Argo CD health check for every magnetar.io/v1alpha1 kind: Tenant, TopicNamespace, Topic, RetentionPolicy.
 -- Argo CD runs this with gopher-lua (Lua 5.1) and the object as the global `obj`.
--- The four magnetar.io health scripts share this logic on purpose: every kind follows the same
--- status contract (observedGeneration + Ready/Reconciling/Stalled conditions), so a fix here
--- belongs in all of them (tests/deploy checks they stay identical below the header).
+-- argocd-cm maps each kind to this one script: every kind follows the same status contract
+-- (observedGeneration + Ready/Reconciling/Stalled conditions), so one script serves them all.
 local hs = {}
 
 -- Reasons the operator gives with Ready=False that retrying will not fix: the user must change
