@@ -1,4 +1,8 @@
-"""Tests of the embedded sqlite metadata store."""
+"""Tests of the embedded sqlite metadata store that only it has (group commit, locking, reopening).
+
+The contract both stores share (CAS, children, delete_recursive, transactions) runs on the embedded
+store, in memory and on disk, and on etcd in ``test_metadata_etcd.py``.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +18,9 @@ from magnetar.metadata import open_metadata_store
 from magnetar.metadata.api import (
     NOT_EXISTS,
     BadVersionError,
-    DeleteOp,
     MetadataError,
-    NotFoundError,
     Notification,
     NotificationType,
-    PutOp,
     StoreUnavailableError,
 )
 from magnetar.metadata.embedded import EmbeddedMetadataStore
@@ -31,92 +32,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path):
     await s.start()
     yield s
     await s.close()
-
-
-async def test_put_get_versions_and_cas(store: EmbeddedMetadataStore) -> None:
-    assert await store.get("/a") is None
-    st = await store.put("/a", b"1", NOT_EXISTS)
-    assert st.version == 0 and not st.ephemeral
-    with pytest.raises(BadVersionError):
-        await store.put("/a", b"x", NOT_EXISTS)
-    with pytest.raises(BadVersionError):
-        await store.put("/a", b"x", 5)
-    with pytest.raises(BadVersionError):
-        await store.put("/missing", b"x", 0)
-    st = await store.put("/a", b"2", 0)
-    assert st.version == 1
-    st = await store.put("/a", b"3")
-    assert st.version == 2
-    v = await store.get("/a")
-    assert v is not None and v.data == b"3" and v.stat.version == 2
-    assert v.stat.created_ms <= v.stat.modified_ms
-    assert await store.exists("/a")
-    with pytest.raises(BadVersionError):
-        await store.delete("/a", 1)
-    await store.delete("/a", 2)
-    assert not await store.exists("/a")
-    with pytest.raises(NotFoundError):
-        await store.delete("/a")
-    # recreated keys start again at version 0
-    assert (await store.put("/a", b"", NOT_EXISTS)).version == 0
-    with pytest.raises(ValueError):
-        await store.put("relative", b"")
-
-
-async def test_children_without_parent_keys(store: EmbeddedMetadataStore) -> None:
-    await store.put("/m/t/ns/topic-b", b"")
-    await store.put("/m/t/ns/topic-a/cursor", b"")
-    await store.put("/m/t/other", b"")
-    assert await store.get_children("/") == ["m"]
-    assert await store.get_children("/m") == ["t"]
-    assert await store.get_children("/m/t") == ["ns", "other"]
-    assert await store.get_children("/m/t/ns") == ["topic-a", "topic-b"]
-    assert await store.get("/m/t/ns/topic-a") is None  # implicit parent is not a key
-    assert not await store.exists("/m/t")
-    assert await store.get_children("/nothing/here") == []
-    # a placeholder becomes a key on put, back to a placeholder on delete while it has children
-    assert (await store.put("/m/t/ns/topic-a", b"x", NOT_EXISTS)).version == 0
-    await store.delete("/m/t/ns/topic-a")
-    assert await store.get_children("/m/t/ns") == ["topic-a", "topic-b"]
-    await store.delete("/m/t/ns/topic-a/cursor")
-    assert await store.get_children("/m/t/ns") == ["topic-b"]
-    await store.delete("/m/t/ns/topic-b")
-    assert await store.get_children("/m/t") == ["other"]
-    await store.delete("/m/t/other")
-    assert await store.get_children("/") == []
-
-
-async def test_delete_recursive(store: EmbeddedMetadataStore) -> None:
-    for p in ("/a", "/a/b", "/a/b/c", "/a/d", "/ab", "/a0"):
-        await store.put(p, b"")
-    await store.delete_recursive("/a")
-    assert await store.get_children("/") == ["a0", "ab"]
-    await store.delete_recursive("/absent")  # no error
-    await store.put("/x/y/z", b"")
-    await store.delete_recursive("/x/y")
-    assert await store.get_children("/") == ["a0", "ab"]
-
-
-async def test_transact_atomic(store: EmbeddedMetadataStore) -> None:
-    await store.put("/k1", b"a")
-    res = await store.transact([PutOp("/k1", b"b", 0), PutOp("/k2", b"c", NOT_EXISTS), DeleteOp("/k1")])
-    assert res[0] is not None and res[0].version == 1
-    assert res[1] is not None and res[1].version == 0
-    assert res[2] is None
-    assert await store.get("/k1") is None
-    # the last op fails: nothing of the transaction is visible
-    with pytest.raises(BadVersionError):
-        await store.transact([PutOp("/k3", b"", NOT_EXISTS), PutOp("/k2", b"z", 7)])
-    assert await store.get("/k3") is None
-    v = await store.get("/k2")
-    assert v is not None and v.data == b"c"
-    assert await store.get_children("/") == ["k2"]
-    with pytest.raises(NotFoundError):
-        await store.transact([PutOp("/k4", b""), DeleteOp("/nope")])
-    assert await store.get("/k4") is None
-    with pytest.raises(ValueError):
-        await store.transact([PutOp(f"/many/{i}", b"") for i in range(129)])
-    assert len(await store.transact([PutOp(f"/many/{i}", b"") for i in range(128)])) == 128
 
 
 async def test_failed_op_does_not_affect_its_batch(store: EmbeddedMetadataStore) -> None:

@@ -74,11 +74,13 @@ async def etcd_store(etcd: EtcdServer, request: pytest.FixtureRequest) -> AsyncI
     await s.close()
 
 
-@pytest.fixture(params=["embedded", "etcd"])
+@pytest.fixture(params=["memory", "embedded", "etcd"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MetadataStore]:
-    """Both implementations, for the shared contract."""
+    """Both implementations (the embedded one in memory and on disk), for the shared contract."""
     s: MetadataStore
-    if request.param == "embedded":
+    if request.param == "memory":
+        s = EmbeddedMetadataStore(":memory:")
+    elif request.param == "embedded":
         s = EmbeddedMetadataStore(str(tmp_path / "md.db"))
     else:
         server: EtcdServer = request.getfixturevalue("etcd")
