@@ -22,7 +22,17 @@ class BrokerConfig:
 
     cluster_name: str = "standalone"
     bind_address: str = "0.0.0.0"
-    advertised_address: str = "localhost"
+    #: Host name in this broker's URLs; blank: the internal listener's host, else ``localhost``.
+    #: Must stay blank when ``advertised_listeners`` is set.
+    advertised_address: str = ""
+    #: Named routes to this broker, ``name:pulsar://host:port[,name:pulsar+ssl://host:port],...``: a client's
+    #: ``listener_name`` picks the URLs its lookups answer with (e.g. an external address outside Kubernetes).
+    advertised_listeners: str = ""
+    #: The listener giving this broker's own URLs (blank: the first of ``advertised_listeners``).
+    internal_listener_name: str = ""
+    #: Extra sockets, ``name:pulsar://host:port,...`` (PIP-95): lookups arriving on one without a listener
+    #: name answer with that listener's URLs.
+    bind_addresses: str = ""
     broker_service_port: int = 6650
     web_service_port: int = 8080
     data_dir: str = "data"
@@ -37,6 +47,12 @@ class BrokerConfig:
     #: Largest message (payload + metadata) a producer may send; the frame limit adds 10 KiB.
     max_message_size: int = 5 * 1024 * 1024
     keep_alive_interval_seconds: int = 30
+    #: Advertise and serve topic-list watchers (PIP-145, WATCH_TOPIC_LIST) in CONNECTED's feature flags.
+    enable_broker_topic_list_watcher: bool = True
+    #: Evaluate clients' topics patterns on the broker; off: WATCH_TOPIC_LIST is refused (NotAllowedError).
+    enable_broker_side_subscription_pattern_evaluation: bool = True
+    #: Longest topics pattern a WATCH_TOPIC_LIST may carry (longer: refused with NotAllowedError).
+    subscription_pattern_max_length: int = 50
     allow_auto_topic_creation: bool = True
     allow_auto_topic_creation_type: str = "non-partitioned"
     default_num_partitions: int = 1

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -25,6 +23,7 @@ from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import ChecksumMismatchError, Frame, FrameDecoder, FrameError, verify_entry
 from magnetar.broker.topic import wire_position
+from magnetar.broker.topic_list import TopicListWatcher, compile_topics_pattern, filter_topics, topics_hash
 from magnetar.broker.topic_name import TopicName
 from magnetar.managed_ledger.api import EARLIEST, LATEST, Position
 
@@ -42,8 +41,10 @@ _ALL_ONES = -1
 class ServerConnection(asyncio.Protocol):
     """Protocol handler for one client connection on the binary port."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, listener_name: str = "") -> None:
         self.service = service
+        #: Listener of the socket this connection came in on (``bindAddresses``): lookups naming none use it.
+        self.listener_name = listener_name
         self.config = service.config
         self.decoder = FrameDecoder(self.config.max_frame_size)
         self.loop = asyncio.get_running_loop()
@@ -54,6 +55,7 @@ class ServerConnection(asyncio.Protocol):
         self.protocol_version = 0
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
+        self.topic_list_watchers: dict[int, TopicListWatcher] = {}
         self.writable = True
         self.closed = False
         self._out: list[bytes] = []
@@ -77,6 +79,9 @@ class ServerConnection(asyncio.Protocol):
             self._keepalive.cancel()
         for task in self._tasks:
             task.cancel()
+        for watcher in self.topic_list_watchers.values():
+            self.service.topic_lists.remove(watcher)
+        self.topic_list_watchers.clear()
         producers, consumers = list(self.producers.values()), list(self.consumers.values())
         self.producers.clear()
         self.consumers.clear()
@@ -214,7 +219,14 @@ class ServerConnection(asyncio.Protocol):
         self.client_version = c.client_version
         self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
         self.handshake_done = True
-        self.write(commands.connected(SERVER_VERSION, self.protocol_version, self.config.max_message_size))
+        self.write(
+            commands.connected(
+                SERVER_VERSION,
+                self.protocol_version,
+                self.config.max_message_size,
+                self.config.enable_broker_topic_list_watcher,
+            )
+        )
         log.debug("connection from %s: %s protocol v%d", self.peer, self.client_version, c.protocol_version)
 
     def on_ping(self, cmd: T, frame: Frame) -> None:
@@ -243,7 +255,10 @@ class ServerConnection(asyncio.Protocol):
         async def work() -> None:
             topic = TopicName.parse(r.topic)
             await self.service.check_namespace(topic)
-            self.write(commands.lookup_connect(r.request_id, self.service.broker_service_url))
+            # As Pulsar: the client's listener name, else the one of the socket it came in on.
+            name = r.advertised_listener_name if r.advertised_listener_name.strip() else self.listener_name
+            url, url_tls = self.service.lookup_urls(name)
+            self.write(commands.lookup_connect(r.request_id, url, url_tls))
 
         self._spawn(r.request_id, work(), commands.lookup_error)
 
@@ -254,14 +269,68 @@ class ServerConnection(asyncio.Protocol):
             topics = await self.service.list_topics(r.namespace, r.mode)
             filtered = False
             if r.HasField("topics_pattern") and r.topics_pattern:
-                pattern = _compile_pattern(r.topics_pattern)
-                topics = [t for t in topics if pattern.match(t)]
+                topics = filter_topics(topics, compile_topics_pattern(r.topics_pattern))
                 filtered = True
             digest = topics_hash(topics)
             changed = not (r.HasField("topics_hash") and r.topics_hash == digest)
             self.write(commands.topics_of_namespace(r.request_id, topics, digest, changed, filtered))
 
         self._spawn(r.request_id, work())
+
+    def on_watch_topic_list(self, cmd: T, frame: Frame) -> None:
+        r = cmd.watchTopicList
+        config = self.config
+        if not config.enable_broker_topic_list_watcher:
+            raise NotAllowedError("Topic list watcher is disabled")
+        if not config.enable_broker_side_subscription_pattern_evaluation:
+            raise NotAllowedError("Unable to create topic list watcher: Evaluating subscription patterns is disabled.")
+        if len(r.topics_pattern) > config.subscription_pattern_max_length:
+            raise NotAllowedError(
+                "Unable to create topic list watcher: Pattern longer than maximum: "
+                f"{config.subscription_pattern_max_length}"
+            )
+        existing = self.topic_list_watchers.get(r.watcher_id)
+        if existing is not None:
+            if not existing.started:
+                raise BrokerError("Topic list watcher is already present on the connection", pb.ServiceNotReady)
+            current = sorted(existing.matching)
+            self.write(commands.watch_topic_list_success(r.request_id, r.watcher_id, current, topics_hash(current)))
+            return
+        pattern = compile_topics_pattern(r.topics_pattern)
+        watcher = TopicListWatcher(r.watcher_id, r.namespace, pattern, self._send_topic_list_update)
+        self.topic_list_watchers[r.watcher_id] = watcher
+
+        async def work() -> None:
+            try:
+                # Watch before listing: a topic created meanwhile is reported once the list is in.
+                self.service.topic_lists.add(watcher)
+                topics = await self.service.list_topics(r.namespace, pb.CommandGetTopicsOfNamespace.PERSISTENT)
+            except BaseException:
+                self._forget_topic_list_watcher(watcher)
+                raise
+            if watcher.closed:
+                return  # closed (WATCH_TOPIC_LIST_CLOSE or disconnect) while listing
+            digest = topics_hash(filter_topics(topics, pattern))
+            listed = [] if r.HasField("topics_hash") and r.topics_hash == digest else filter_topics(topics, pattern)
+            self.write(commands.watch_topic_list_success(r.request_id, r.watcher_id, listed, digest))
+            watcher.start(topics)
+
+        self._spawn(r.request_id, work())
+
+    def on_watch_topic_list_close(self, cmd: T, frame: Frame) -> None:
+        r = cmd.watchTopicListClose
+        watcher = self.topic_list_watchers.get(r.watcher_id)
+        if watcher is not None:
+            self._forget_topic_list_watcher(watcher)
+        self.write(commands.success(r.request_id))
+
+    def _forget_topic_list_watcher(self, watcher: TopicListWatcher) -> None:
+        if self.topic_list_watchers.get(watcher.watcher_id) is watcher:
+            del self.topic_list_watchers[watcher.watcher_id]
+        self.service.topic_lists.remove(watcher)
+
+    def _send_topic_list_update(self, watcher_id: int, new: list[str], deleted: list[str], digest: str) -> None:
+        self.write(commands.watch_topic_update(watcher_id, new, deleted, digest))
 
     # ------------------------------------------------------------------ producers
     def on_producer(self, cmd: T, frame: Frame) -> None:
@@ -589,23 +658,6 @@ def _request_id(cmd: T) -> int:
     return 0
 
 
-def topics_hash(topics: list[str]) -> str:
-    """Digest of a topic list, compared with the client's ``topics_hash`` to answer ``changed``."""
-    digest = hashlib.sha256()
-    for t in sorted(topics):
-        digest.update(t.encode())
-        digest.update(b"\n")
-    return digest.hexdigest()[:16]
-
-
-def _compile_pattern(pattern: str) -> re.Pattern[str]:
-    # Clients send Java regexes; the common subset is Python-compatible.
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise BrokerError(f"Invalid topics pattern: {exc}", pb.UnknownError) from exc
-
-
 _HANDLERS: dict[int, Callable[[ServerConnection, T, Frame], None]] = {
     T.CONNECT: ServerConnection.on_connect,
     T.PING: ServerConnection.on_ping,
@@ -614,6 +666,8 @@ _HANDLERS: dict[int, Callable[[ServerConnection, T, Frame], None]] = {
     T.PARTITIONED_METADATA: ServerConnection.on_partitioned_metadata,
     T.LOOKUP: ServerConnection.on_lookup,
     T.GET_TOPICS_OF_NAMESPACE: ServerConnection.on_get_topics_of_namespace,
+    T.WATCH_TOPIC_LIST: ServerConnection.on_watch_topic_list,
+    T.WATCH_TOPIC_LIST_CLOSE: ServerConnection.on_watch_topic_list_close,
     T.PRODUCER: ServerConnection.on_producer,
     T.SEND: ServerConnection.on_send,
     T.CLOSE_PRODUCER: ServerConnection.on_close_producer,

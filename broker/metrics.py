@@ -114,6 +114,8 @@ def render(service: BrokerService) -> str:
     ]
     lines += _header("pulsar_broker_connections", "gauge", "Open client connections on the binary port")
     lines.append(f"pulsar_broker_connections{_labels(cluster=cluster)} {len(service.connections)}")
+    lines += _header("magnetar_topic_list_watchers", "gauge", "Open topic-list watchers (WATCH_TOPIC_LIST)")
+    lines.append(f"magnetar_topic_list_watchers{_labels(cluster=cluster)} {service.topic_lists.watcher_count()}")
     cache = getattr(service.ledgers, "cache", None)
     if cache is not None:
         lines += _header("pulsar_ml_cache_used_size", "gauge", "Bytes held by the managed-ledger entry cache")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -19,6 +20,7 @@ from magnetar.broker.errors import (
     TopicNotFoundError,
 )
 from magnetar.broker.housekeeping import Housekeeper, enforce_backlog_quota
+from magnetar.broker.listeners import advertised_host, own_broker_service_url, parse_listeners
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -26,6 +28,7 @@ from magnetar.broker.resources import Resources
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.stats import sample_topic
 from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic_list import TopicListService
 from magnetar.broker.topic_name import TopicName
 from magnetar.managed_ledger.api import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.metadata.api import BadVersionError, MetadataStore, NotFoundError
@@ -44,6 +47,9 @@ class BrokerService:
 
     def __init__(self, config: BrokerConfig, store: MetadataStore, ledgers: ManagedLedgerFactory) -> None:
         self.config = config
+        self.listeners = parse_listeners(config)
+        #: Host name in this broker's own URLs (advertisedAddress or the internal listener's host).
+        self.advertised_host = advertised_host(config)
         self.store = store
         self.ledgers = ledgers
         self.resources = Resources(store)
@@ -54,8 +60,11 @@ class BrokerService:
         #: Bookie auto-recovery running in this broker (cluster mode), for its status and metrics.
         self.auto_recovery: Any = None
         self.connections: set[ServerConnection] = set()
+        #: Topic-list watchers (WATCH_TOPIC_LIST) of every connection, fed from the metadata store.
+        self.topic_lists = TopicListService(store)
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
         self._server: asyncio.base_events.Server | None = None
+        self._extra_servers: list[asyncio.base_events.Server] = []  # bindAddresses
         self._producer_seq = itertools.count()
         self._stats_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -63,11 +72,22 @@ class BrokerService:
 
     @property
     def broker_service_url(self) -> str:
-        return f"pulsar://{self.config.advertised_address}:{self.port}"
+        return own_broker_service_url(self.config, self.listeners, self.port)
 
     @property
     def web_service_url(self) -> str:
-        return f"http://{self.config.advertised_address}:{self.config.web_service_port}"
+        return f"http://{self.advertised_host}:{self.config.web_service_port}"
+
+    def lookup_urls(self, listener_name: str) -> tuple[str, str | None]:
+        """``brokerServiceUrl`` and ``brokerServiceUrlTls`` a lookup answers with: the named listener's
+        (Pulsar's ServiceNotReady when this broker has no listener of that name), else this broker's own."""
+        if not listener_name:
+            internal = self.listeners.internal
+            return self.broker_service_url, internal.broker_service_url_tls if internal else None
+        listener = self.listeners.advertised.get(listener_name)
+        if listener is None:
+            raise BrokerError(f"the broker do not have {listener_name} listener", pb.ServiceNotReady)
+        return listener.broker_service_url or "", listener.broker_service_url_tls
 
     @property
     def port(self) -> int:
@@ -89,6 +109,16 @@ class BrokerService:
             backlog=1024,
         )
         log.info("broker listening on %s:%d (%s)", self.config.bind_address, self.port, self.broker_service_url)
+        for bind in self.listeners.bind_addresses:
+            server = await loop.create_server(
+                functools.partial(ServerConnection, self, bind.listener_name),
+                bind.host,
+                bind.port,
+                reuse_address=True,
+                backlog=1024,
+            )
+            self._extra_servers.append(server)
+            log.info("broker listening on %s:%d for listener %s", bind.host, bind.port, bind.listener_name)
 
     def _on_policies_changed(self, name: str) -> None:
         """A namespace's or topic's policies changed (here or on another broker): re-apply them."""
@@ -391,6 +421,9 @@ class BrokerService:
         for task in list(self._background):
             task.cancel()
         self.policies.close()
+        self.topic_lists.close()
+        for server in self._extra_servers:
+            server.close()
         if self._server is not None:
             self._server.close()
         for topic in self.loaded_topics():
@@ -399,6 +432,6 @@ class BrokerService:
         self._topics.clear()
         for conn in list(self.connections):
             conn.close()
-        if self._server is not None:
+        for server in [*self._extra_servers, *([self._server] if self._server is not None else [])]:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+                await asyncio.wait_for(server.wait_closed(), 5)

@@ -175,7 +175,7 @@ def topic_stats(topic: PersistentTopic) -> dict[str, Any]:
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "topicEpoch": None,
-        "ownerBroker": f"{topic.service.config.advertised_address}:{topic.service.config.web_service_port}",
+        "ownerBroker": f"{topic.service.advertised_host}:{topic.service.config.web_service_port}",
     }
 
 

@@ -7,7 +7,7 @@ import logging
 import os
 
 from magnetar.cli.logs import setup_logging
-from magnetar.cli.node import BrokerNode, run_event_loop, serve_until_signalled
+from magnetar.cli.node import BrokerNode, config_is_valid, run_event_loop, serve_until_signalled
 
 log = logging.getLogger("magnetar.broker")
 
@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         },
         defaults=CLUSTER_DEFAULTS,
     )
+    if not config_is_valid(config):
+        return 2
     try:
         run_event_loop(serve_until_signalled(start_cluster_broker, BrokerNode(config)))
     except ClusterNotInitializedError as exc:

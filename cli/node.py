@@ -24,6 +24,18 @@ if TYPE_CHECKING:  # imported lazily, so light sub-commands (admin) never load t
 log = logging.getLogger("magnetar.node")
 
 
+def config_is_valid(config: BrokerConfig) -> bool:
+    """Check the settings a broker cannot start with (listeners); logs why and returns False if invalid."""
+    from magnetar.broker.listeners import ConfigError, parse_listeners
+
+    try:
+        parse_listeners(config)
+    except ConfigError as exc:
+        log.error("invalid configuration: %s", exc)
+        return False
+    return True
+
+
 class BrokerNode:
     """A broker and everything it owns; :meth:`close` undoes what was started, last first."""
 

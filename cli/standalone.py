@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from magnetar.cli.logs import setup_logging
-from magnetar.cli.node import BrokerNode, run_event_loop, serve_until_signalled
+from magnetar.cli.node import BrokerNode, config_is_valid, run_event_loop, serve_until_signalled
 
 log = logging.getLogger("magnetar.standalone")
 
@@ -20,6 +20,7 @@ async def start_standalone(node: BrokerNode) -> None:
     from magnetar.bookie.bookie import Bookie
     from magnetar.bookie.config import BookieConfig
     from magnetar.bookie.local import LocalBookieClient
+    from magnetar.broker.listeners import advertised_host, own_broker_service_url, parse_listeners
     from magnetar.broker.resources import Resources, initialize_standalone
     from magnetar.ledger.registry import StaticBookieRegistry
     from magnetar.metadata.embedded import EmbeddedMetadataStore
@@ -42,11 +43,12 @@ async def start_standalone(node: BrokerNode) -> None:
     await bookie.start()
     node.on_close(bookie.close)
 
+    host = advertised_host(config)
     await initialize_standalone(
         Resources(store),
         config.cluster_name,
-        f"pulsar://{config.advertised_address}:{config.broker_service_port}",
-        f"http://{config.advertised_address}:{config.web_service_port}",
+        own_broker_service_url(config, parse_listeners(config), config.broker_service_port),
+        f"http://{host}:{config.web_service_port}",
     )
     service = await node.start_broker(store, StaticBookieRegistry([LocalBookieClient(bookie)]))
     log.info(
@@ -74,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         },
     )
     config.data_dir = os.path.abspath(config.data_dir)
+    if not config_is_valid(config):
+        return 2
     run_event_loop(serve_until_signalled(start_standalone, BrokerNode(config)))
     return 0
 

@@ -24,8 +24,12 @@ def free_port() -> int:
 class StandaloneProcess:
     """A ``magnetar standalone`` subprocess with its own data dir and ports."""
 
-    def __init__(self, data_dir: Path, extra_config: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, extra_config: dict[str, str] | None = None, advertised_address: str | None = "127.0.0.1"
+    ) -> None:
         self.data_dir = data_dir
+        #: ``--advertised-address`` (None: not given, e.g. when advertisedListeners name the hosts).
+        self.advertised_address = advertised_address
         self.port = free_port()
         self.http_port = free_port()
         self.extra_config = extra_config or {}
@@ -59,8 +63,7 @@ class StandaloneProcess:
                 str(self.http_port),
                 "--bind-address",
                 "127.0.0.1",
-                "--advertised-address",
-                "127.0.0.1",
+                *(["--advertised-address", self.advertised_address] if self.advertised_address else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

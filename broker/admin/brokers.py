@@ -10,8 +10,8 @@ routes = Routes("brokers")
 
 
 def _broker_id(request: web.Request) -> str:
-    config = service_of(request).config
-    return f"{config.advertised_address}:{config.web_service_port}"
+    service = service_of(request)
+    return f"{service.advertised_host}:{service.config.web_service_port}"
 
 
 @routes.get("/admin/v2/brokers/health", summary="Broker health check", responses={200: "ok"})

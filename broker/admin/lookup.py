@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from magnetar.broker.admin.api import Routes, json_response, not_found, service_of
+from magnetar.broker.admin.api import Routes, bad_request, json_response, not_found, service_of
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.topic_name import TopicName
 
@@ -13,8 +13,9 @@ routes = Routes("lookup")
 
 @routes.get(
     "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}",
-    summary="Find the broker serving a topic",
-    responses={200: "lookup data", 404: "namespace not found", 412: "invalid topic name"},
+    summary="Find the broker serving a topic (``listenerName`` query or ``X-Pulsar-ListenerName`` header: "
+    "that advertised listener's URLs)",
+    responses={200: "lookup data", 400: "unknown listener name", 404: "namespace not found", 412: "invalid topic name"},
 )
 async def lookup_topic(request: web.Request) -> web.Response:
     service = service_of(request)
@@ -24,12 +25,18 @@ async def lookup_topic(request: web.Request) -> web.Response:
         await service.check_namespace(topic)
     except BrokerError as exc:
         raise not_found(exc.message) from None
+    # The query parameter wins over the header (PIP-95: the header is for gateways that cannot set queries).
+    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName", "")
+    try:
+        url, url_tls = service.lookup_urls(listener.strip())
+    except BrokerError as exc:
+        raise bad_request(exc.message) from None  # PIP-95: 400 for a listener name the broker does not have
     return json_response(
         {
-            "brokerUrl": service.broker_service_url,
-            "brokerUrlTls": "",
+            "brokerUrl": url,
+            "brokerUrlTls": url_tls or "",
             "httpUrl": service.web_service_url,
             "httpUrlTls": "",
-            "nativeUrl": service.broker_service_url,
+            "nativeUrl": url,
         }
     )

@@ -71,12 +71,12 @@ def send_receipt(producer_id: int, sequence_id: int, ledger_id: int, entry_id: i
     return _U32X2.pack(len(cmd) + 4, len(cmd)) + cmd
 
 
-def connected(server_version: str, protocol_version: int, max_message_size: int) -> bytes:
+def connected(server_version: str, protocol_version: int, max_message_size: int, topic_watchers: bool) -> bytes:
     cmd = T(type=T.CONNECTED)
     cmd.connected.server_version = server_version
     cmd.connected.protocol_version = protocol_version
     cmd.connected.max_message_size = max_message_size
-    cmd.connected.feature_flags.supports_topic_watchers = False
+    cmd.connected.feature_flags.supports_topic_watchers = topic_watchers
     return encode_command(cmd)
 
 
@@ -246,6 +246,26 @@ def topics_of_namespace(request_id: int, topics: list[str], topics_hash: str, ch
     r.topics_hash = topics_hash
     r.changed = changed
     r.filtered = filtered
+    return encode_command(cmd)
+
+
+def watch_topic_list_success(request_id: int, watcher_id: int, topics: list[str], topics_hash: str) -> bytes:
+    cmd = T(type=T.WATCH_TOPIC_LIST_SUCCESS)
+    r = cmd.watchTopicListSuccess
+    r.request_id = request_id
+    r.watcher_id = watcher_id
+    r.topic.extend(topics)
+    r.topics_hash = topics_hash
+    return encode_command(cmd)
+
+
+def watch_topic_update(watcher_id: int, new_topics: list[str], deleted_topics: list[str], topics_hash: str) -> bytes:
+    cmd = T(type=T.WATCH_TOPIC_UPDATE)
+    r = cmd.watchTopicUpdate
+    r.watcher_id = watcher_id
+    r.new_topics.extend(new_topics)
+    r.deleted_topics.extend(deleted_topics)
+    r.topics_hash = topics_hash
     return encode_command(cmd)
 
 
