@@ -158,7 +158,8 @@ def lookup_connect(request_id: int, broker_url: str, broker_url_tls: str | None 
     r = cmd.lookupTopicResponse
     r.request_id = request_id
     r.response = pb.CommandLookupTopicResponse.Connect
-    r.brokerServiceUrl = broker_url
+    if broker_url:  # a TLS-only listener has no plain URL
+        r.brokerServiceUrl = broker_url
     if broker_url_tls:
         r.brokerServiceUrlTls = broker_url_tls
     r.authoritative = True
