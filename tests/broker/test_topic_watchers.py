@@ -199,3 +199,38 @@ def test_refused_patterns(raw: RawClient, pattern: str, code: int) -> None:
     reply = _watch(raw, pattern, request_id=21)
     assert reply.type == T.ERROR and reply.error.request_id == 21 and reply.error.error == code
     assert _watch(raw, f"persistent://{NS}/{_short_base()}", request_id=22).type == T.WATCH_TOPIC_LIST_SUCCESS
+
+
+# ---------------------------------------------------------------------------------------------- in process
+
+
+async def test_service_reports_topic_records_only() -> None:
+    """Cursor records and metadata updates under a topic are not topic changes; URL-encoded names decode."""
+    from magnetar.broker.topic_list import TopicListService, TopicListWatcher
+    from magnetar.metadata.embedded import EmbeddedMetadataStore
+
+    store = EmbeddedMetadataStore(":memory:")
+    await store.start()
+    try:
+        updates: list[tuple[list[str], list[str]]] = []
+        service = TopicListService(store)
+        watcher = TopicListWatcher(1, NS, compile_topics_pattern("persistent://public/default/a.*"),
+                                   lambda _id, new, deleted, _hash: updates.append((new, deleted)))  # fmt: skip
+        service.add(watcher)
+        root = f"/managed-ledgers/{NS}/persistent"
+        await store.put(f"{root}/a%20b", b"{}")  # created before the listing is in: reported after it
+        watcher.start([])
+        assert updates == [([f"persistent://{NS}/a b"], [])]
+        await store.put(f"{root}/a%20b/cursor", b"{}")
+        await store.put(f"{root}/a%20b", b"{}")  # modified
+        await store.put(f"{root}/zz", b"{}")  # no match
+        await store.delete(f"{root}/a%20b/cursor")
+        await store.delete(f"{root}/a%20b")
+        assert updates[1:] == [([], [f"persistent://{NS}/a b"])]
+        assert service.watcher_count() == 1
+        service.remove(watcher)
+        assert service.watcher_count() == 0
+        await store.put(f"{root}/again", b"{}")
+        assert len(updates) == 2
+    finally:
+        await store.close()
