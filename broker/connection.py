@@ -23,7 +23,13 @@ from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import ChecksumMismatchError, Frame, FrameDecoder, FrameError, verify_entry
 from magnetar.broker.topic import wire_position
-from magnetar.broker.topic_list import TopicListWatcher, compile_topics_pattern, filter_topics, topics_hash
+from magnetar.broker.topic_list import (
+    ALL_TOPICS_PATTERN,
+    TopicListWatcher,
+    compile_topics_pattern,
+    filter_topics,
+    topics_hash,
+)
 from magnetar.broker.topic_name import TopicName
 from magnetar.managed_ledger.api import EARLIEST, LATEST, Position
 
@@ -296,7 +302,7 @@ class ServerConnection(asyncio.Protocol):
             current = sorted(existing.matching)
             self.write(commands.watch_topic_list_success(r.request_id, r.watcher_id, current, topics_hash(current)))
             return
-        pattern = compile_topics_pattern(r.topics_pattern)
+        pattern = compile_topics_pattern(r.topics_pattern or ALL_TOPICS_PATTERN)
         watcher = TopicListWatcher(r.watcher_id, r.namespace, pattern, self._send_topic_list_update)
         self.topic_list_watchers[r.watcher_id] = watcher
 

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 _MANAGED_LEDGERS = "/managed-ledgers"
 _SCHEME = "://"
+#: What a WATCH_TOPIC_LIST without a pattern watches (Pulsar's ``TopicList.ALL_TOPICS_PATTERN``).
+ALL_TOPICS_PATTERN = ".*"
 
 
 class TopicsPattern:
@@ -41,7 +43,7 @@ class TopicsPattern:
         try:
             self._regex = re.compile(_remove_domain_scheme(text))
         except (re.error, ValueError) as exc:
-            raise BrokerError(f"Invalid topics pattern {text!r}: {exc}", pb.InvalidTopicName) from exc
+            raise BrokerError(f"Invalid topics pattern {text!r}: {exc}", pb.UnknownError) from exc
 
     def matches(self, topic: str) -> bool:
         """Whether the full topic name ``topic`` (a partition counts as its partitioned topic) matches."""
