@@ -65,6 +65,9 @@ class BrokerConfig:
     #: Track acknowledgements of single messages inside batches (clients' batchIndexAckEnabled).
     acknowledgment_at_batch_index_level_enabled: bool = False
     dispatcher_max_read_batch_size: int = 100
+    #: Key_Shared with the pre-4.0 dispatcher: a joining consumer gets only entries read before it joined
+    #: until the mark-delete position reaches that point, instead of PIP-379's per-key "draining hashes".
+    subscription_key_shared_use_classic_persistent_implementation: bool = False
     #: How often rates (msgRateIn, ...) are recomputed for stats and metrics.
     stats_update_frequency_in_secs: int = 10
     # Policy enforcement (Pulsar's names and defaults)

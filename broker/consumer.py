@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from magnetar.broker.protocol import commands
@@ -44,6 +45,8 @@ class Consumer:
         self.permits = 0
         #: Entries sent and not yet acknowledged: position -> number of messages in the entry.
         self.pending_acks: dict[Position, int] = {}
+        #: Called for every entry leaving ``pending_acks`` (set by Key_Shared to track draining hashes).
+        self.on_pending_removed: Callable[[Consumer, Position], None] | None = None
         self.unacked_messages = 0
         self.max_unacked = max_unacked if sub_type in (SubType.Shared, SubType.Key_Shared) else 0
         self.blocked = False
@@ -106,6 +109,8 @@ class Consumer:
         if count is None:
             return False
         self._release(count)
+        if self.on_pending_removed is not None:
+            self.on_pending_removed(self, position)
         self.last_acked = time.time()
         return True
 
@@ -114,6 +119,7 @@ class Consumer:
         done = [p for p in self.pending_acks if p <= position]
         for p in done:
             self._release(self.pending_acks.pop(p))
+        self._removed(done)
         self.last_acked = time.time()
 
     def take_pending(self, positions: list[Position] | None = None) -> list[Position]:
@@ -123,11 +129,18 @@ class Consumer:
             self.pending_acks.clear()
             self.unacked_messages = 0
             self.blocked = False
-            return taken
-        taken = [p for p in positions if p in self.pending_acks]
-        for p in taken:
-            self._release(self.pending_acks.pop(p))
+        else:
+            taken = [p for p in positions if p in self.pending_acks]
+            for p in taken:
+                self._release(self.pending_acks.pop(p))
+        self._removed(taken)
         return taken
+
+    def _removed(self, positions: list[Position]) -> None:
+        hook = self.on_pending_removed
+        if hook is not None:
+            for p in positions:
+                hook(self, p)
 
     def _release(self, count: int) -> None:
         self.unacked_messages = max(0, self.unacked_messages - count)

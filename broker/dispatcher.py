@@ -80,12 +80,25 @@ class Dispatcher:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
 
-    # the loop
+    # the loop, and the hooks subclasses fill in
     def _budget(self) -> int:
         """How many entries to read now (0: nobody can receive)."""
         raise NotImplementedError
 
-    def _dispatch(self, entries: list[Entry]) -> None:
+    def _replay_positions(self, budget: int) -> list[Position]:
+        """Positions of ``redelivery`` to read again this round, ahead of new entries (none: read new ones)."""
+        return sorted(self.redelivery)[:budget] if self.redelivery else []
+
+    def _replay_failed(self, positions: list[Position]) -> None:
+        """A replay of ``positions`` failed or was cancelled: keep them for later."""
+        self.redelivery.update(positions)
+
+    def _may_read(self) -> bool:
+        """Whether to read new entries when there is nothing to replay."""
+        return True
+
+    def _dispatch(self, entries: list[Entry], replay: bool) -> None:
+        """Hand ``entries`` (replayed ones when ``replay``) to the consumers."""
         raise NotImplementedError
 
     async def _run(self) -> None:
@@ -96,15 +109,21 @@ class Dispatcher:
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
+            positions = self._replay_positions(budget)
             try:
-                if self.redelivery:
-                    batch = sorted(self.redelivery)[:budget]
-                    self.redelivery.difference_update(batch)
-                    entries = await cursor.replay_entries(batch)
-                elif cursor.has_more_entries():
+                if positions:
+                    self.redelivery.difference_update(positions)
+                    try:
+                        entries = await cursor.replay_entries(positions)
+                    except BaseException:
+                        self._replay_failed(positions)  # not lost on failure or cancellation
+                        raise
+                    replay = True
+                elif self._may_read() and cursor.has_more_entries():
                     entries = await cursor.read_entries(budget)
+                    replay = False
                 else:
-                    if self.subscription.topic.terminated:
+                    if self.subscription.topic.terminated and not self.redelivery and not cursor.has_more_entries():
                         for consumer in self.consumers:
                             consumer.notify_end_of_topic()
                     await self._wakeup.wait()
@@ -117,7 +136,7 @@ class Dispatcher:
                 await asyncio.sleep(0.5)
                 continue
             if entries:
-                self._dispatch(entries)
+                self._dispatch(entries, replay)
             # Let other tasks (publishers, acks) run between batches.
             await asyncio.sleep(0)
 
@@ -200,7 +219,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             return 0
         return min(active.permits, self.max_read_batch)
 
-    def _dispatch(self, entries: list[Entry]) -> None:
+    def _dispatch(self, entries: list[Entry], replay: bool) -> None:
         active = self.active
         if active is None or active.closed:
             # Nobody to give them to: put the read position back so they are read again.
@@ -249,7 +268,7 @@ class SharedDispatcher(Dispatcher):
         total = sum(c.permits for c in self.consumers if c.available)
         return min(total, self.max_read_batch)
 
-    def _dispatch(self, entries: list[Entry]) -> None:
+    def _dispatch(self, entries: list[Entry], replay: bool) -> None:
         metas = [entry_meta(e.data) for e in entries]
         entries, metas = self.delayed.hold(entries, metas)
         counts = self.subscription.redelivery_counts

@@ -96,23 +96,24 @@ def consumer_stats(c: Consumer) -> dict[str, Any]:
         "clientVersion": c.connection.client_version,
         "lastAckedTimestamp": int(c.last_acked * 1000),
         "lastConsumedTimestamp": int(c.last_consumed * 1000),
+        "drainingHashesCount": 0,
+        "drainingHashesClearedTotal": 0,
+        "drainingHashesUnackedMessages": 0,
         "metadata": dict(c.metadata),
     }
 
 
 def subscription_stats(sub: Subscription) -> dict[str, Any]:
+    from magnetar.broker.key_shared import StickyKeyDispatcher
     from magnetar.broker.subscription import SUB_TYPE_NAMES
 
     dispatcher = sub.dispatcher
     active = getattr(dispatcher, "active", None)
     consumers = [consumer_stats(c) for c in sub.consumers]
-    ranges_of = getattr(dispatcher, "consumer_key_hash_ranges", None)
-    if ranges_of is not None:  # Key_Shared: each consumer's hash ranges, as Pulsar reports them
-        ranges = ranges_of()
-        for c, stats in zip(sub.consumers, consumers, strict=True):
-            stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in ranges.get(c, [])]
-    joined = getattr(dispatcher, "recently_joined", {})
-    return {
+    key_shared: dict[str, Any] = {}
+    if isinstance(dispatcher, StickyKeyDispatcher):  # hash ranges, draining hashes, the subscription's policy
+        key_shared = dispatcher.stats(consumers)
+    stats = {
         "msgRateOut": sum(c["msgRateOut"] for c in consumers),
         "msgThroughputOut": sum(c["msgThroughputOut"] for c in consumers),
         "bytesOutCounter": sub.meter_out.bytes,
@@ -138,11 +139,16 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
         "isDurable": sub.durable,
         "isReplicated": False,
         "allowOutOfOrderDelivery": False,
-        "consumersAfterMarkDeletePosition": {c.name: str(p) for c, p in joined.items()},
+        "consumersAfterMarkDeletePosition": {},
+        "drainingHashesCount": 0,
+        "drainingHashesClearedTotal": 0,
+        "drainingHashesUnackedMessages": 0,
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "subscriptionProperties": dict(sub.cursor.properties),
     }
+    stats.update(key_shared)
+    return stats
 
 
 def topic_stats(topic: PersistentTopic) -> dict[str, Any]:
@@ -215,7 +221,16 @@ def aggregate_partitioned(per_partition: dict[str, dict[str, Any]], partitions: 
                     "unackedMessages": 0,
                 },
             )
-            for key in ("msgBacklog", "backlogSize", "msgRateOut", "msgThroughputOut", "unackedMessages"):
+            for key in (
+                "msgBacklog",
+                "backlogSize",
+                "msgRateOut",
+                "msgThroughputOut",
+                "unackedMessages",
+                "drainingHashesCount",
+                "drainingHashesClearedTotal",
+                "drainingHashesUnackedMessages",
+            ):
                 agg[key] += sub[key]
             agg["consumers"].extend(sub["consumers"])
     total["averageMsgSize"] = (total["msgThroughputIn"] / total["msgRateIn"]) if total["msgRateIn"] else 0.0

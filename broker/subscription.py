@@ -59,7 +59,10 @@ class Subscription:
             return SharedDispatcher(self, batch)
         if sub_type == SubType.Key_Shared:
             from magnetar.broker.key_shared import KeySharedDispatcher
+            from magnetar.broker.key_shared_classic import ClassicKeySharedDispatcher
 
+            if self.topic.service.config.subscription_key_shared_use_classic_persistent_implementation:
+                return ClassicKeySharedDispatcher(self, batch)
             return KeySharedDispatcher(self, batch)
         raise NotAllowedError(f"Subscription type {SUB_TYPE_NAMES.get(sub_type, sub_type)} is not supported yet")
 

@@ -1,7 +1,9 @@
 """Key_Shared subscriptions through the official client: key routing per selector, ordering, churn, errors.
 
 Expected owners are computed with the broker's selectors from the consumers' join order and names, so
-these tests pin the exact key-to-consumer mapping Pulsar would produce, not just "some spread".
+these tests pin the exact key-to-consumer mapping Pulsar would produce, not just "some spread". The tests
+run against both implementations: Pulsar 4's default (PIP-379) and the classic one
+(``subscriptionKeySharedUseClassicPersistentImplementation=true``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -19,10 +21,11 @@ import pytest
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer, SubType
-from magnetar.broker.key_shared import (
+from magnetar.broker.key_shared import KeySharedDispatcher
+from magnetar.broker.key_shared_classic import ClassicKeySharedDispatcher
+from magnetar.broker.key_shared_selectors import (
     ConsistentHashingSelector,
     HashRangeAutoSplitSelector,
-    KeySharedDispatcher,
     StickyKeyConsumerSelector,
     sticky_key_hash,
 )
@@ -34,6 +37,30 @@ from tests.conftest import StandaloneProcess, _quiet_logger
 
 KS = pulsar.ConsumerType.KeyShared
 E = pulsar.InitialPosition.Earliest
+CLASSIC = "subscriptionKeySharedUseClassicPersistentImplementation"
+
+
+@pytest.fixture(scope="module", params=["pip379", "classic"])
+def ks_broker(
+    request: pytest.FixtureRequest, standalone: StandaloneProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StandaloneProcess]:
+    """The shared broker (Pulsar 4's default implementation), then one running the classic implementation."""
+    if request.param == "pip379":
+        yield standalone
+        return
+    node = StandaloneProcess(tmp_path_factory.mktemp("classic") / "data", {CLASSIC: "true"})
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture
+def client(ks_broker: StandaloneProcess) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(ks_broker.service_url, operation_timeout_seconds=10, logger=_quiet_logger())
+    yield c
+    c.close()
 
 
 @dataclass(eq=False)
@@ -460,15 +487,17 @@ class _FakeSubscription:
     name = "ks"
     batch_index_acks = False
 
-    def __init__(self, **settings: str) -> None:
+    def __init__(self, classic: bool = False, **settings: str) -> None:
         config = BrokerConfig()
         config.extra.update(settings)
+        config.subscription_key_shared_use_classic_persistent_implementation = classic
         self.ledger = _FakeLedger()
         self.cursor = _FakeCursor(self.ledger)
         self.topic = SimpleNamespace(service=SimpleNamespace(config=config), ledger=self.ledger, terminated=False)
         self.redelivery_counts: dict[Position, int] = {}
         self.meter_out = Meter()
-        self.dispatcher = KeySharedDispatcher(self, 100)  # type: ignore[arg-type]
+        kind = ClassicKeySharedDispatcher if classic else KeySharedDispatcher
+        self.dispatcher = kind(self, 100)  # type: ignore[arg-type]
 
     def count_redelivery(self, position: Position) -> None:
         self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
@@ -498,6 +527,12 @@ class _FakeSubscription:
         await self.dispatcher.remove_consumer(consumer)
 
 
+@pytest.fixture(params=[False, True], ids=["pip379", "classic"])
+def classic(request: pytest.FixtureRequest) -> bool:
+    """Run a dispatcher test on both Key_Shared implementations."""
+    return request.param  # type: ignore[no-any-return]
+
+
 def _got(c: Consumer) -> list[tuple[str, int]]:
     return c.connection.got  # type: ignore[attr-defined,no-any-return]
 
@@ -511,8 +546,8 @@ def _key_of(selector: StickyKeyConsumerSelector, name: str) -> str:
     return next(k for k in (f"k{i}" for i in range(1000)) if _owner(selector, k) == name)
 
 
-async def test_parked_entries_of_a_departed_consumer_go_before_a_read_in_flight() -> None:
-    sub = _FakeSubscription()
+async def test_parked_entries_of_a_departed_consumer_go_before_a_read_in_flight(classic: bool) -> None:
+    sub = _FakeSubscription(classic)
     a, b = sub.consumer("a"), sub.consumer("b")
     key = _key_of(_auto_split(["a", "b"]), "a")
     sub.publish(key, 0, 1, 2)
@@ -531,8 +566,8 @@ async def test_parked_entries_of_a_departed_consumer_go_before_a_read_in_flight(
     await sub.dispatcher.close()
 
 
-async def test_busy_key_does_not_block_others_nor_spin() -> None:
-    sub = _FakeSubscription()
+async def test_busy_key_does_not_block_others_nor_spin(classic: bool) -> None:
+    sub = _FakeSubscription(classic)
     a, b = sub.consumer("a", permits=0), sub.consumer("b")
     selector = _auto_split(["a", "b"])
     busy, free = _key_of(selector, "a"), _key_of(selector, "b")
@@ -568,8 +603,8 @@ async def test_busy_key_does_not_block_others_nor_spin() -> None:
     await sub.dispatcher.close()
 
 
-async def test_replays_are_shared_fairly_between_consumers() -> None:
-    sub = _FakeSubscription()
+async def test_replays_are_shared_fairly_between_consumers(classic: bool) -> None:
+    sub = _FakeSubscription(classic)
     a, b = sub.consumer("a", permits=0), sub.consumer("b", permits=0)
     c = sub.consumer("c")  # keeps reads going while a and b are busy
     selector = _auto_split(["a", "b", "c"])
@@ -591,8 +626,8 @@ async def test_replays_are_shared_fairly_between_consumers() -> None:
     await sub.dispatcher.close()
 
 
-async def test_look_ahead_is_bounded() -> None:
-    sub = _FakeSubscription(keySharedLookAheadMsgInReplayThresholdPerSubscription="10")
+async def test_look_ahead_is_bounded(classic: bool) -> None:
+    sub = _FakeSubscription(classic, keySharedLookAheadMsgInReplayThresholdPerSubscription="10")
     sub.consumer("a", permits=0)
     b = sub.consumer("b")
     selector = _auto_split(["a", "b"])
@@ -606,7 +641,7 @@ async def test_look_ahead_is_bounded() -> None:
 
 
 async def test_recently_joined_consumer_gets_only_older_entries_until_acked() -> None:
-    sub = _FakeSubscription()
+    sub = _FakeSubscription(classic=True)
     c = sub.consumer("c")
     a = sub.consumer("a", permits=3)
     before, after = _auto_split(["c", "a"]), _auto_split(["c", "a", "b"])
@@ -629,7 +664,7 @@ async def test_recently_joined_consumer_gets_only_older_entries_until_acked() ->
 
 
 async def test_replayed_entries_respect_the_earliest_join() -> None:
-    sub = _FakeSubscription()
+    sub = _FakeSubscription(classic=True)
     x = sub.consumer("x")
     owners = [_auto_split(["x"]), _auto_split(["x", "b1"]), _auto_split(["x", "b1", "b2"])]
     key = next(k for k in (f"k{i}" for i in range(1000)) if [_owner(s, k) for s in owners] == ["x", "b1", "b2"])
@@ -648,8 +683,8 @@ async def test_replayed_entries_respect_the_earliest_join() -> None:
     await sub.dispatcher.close()
 
 
-async def test_redelivered_entries_of_unknown_key_are_read_before_new_entries() -> None:
-    sub = _FakeSubscription()
+async def test_redelivered_entries_of_unknown_key_are_read_before_new_entries(classic: bool) -> None:
+    sub = _FakeSubscription(classic)
     a = sub.consumer("a")
     sub.publish("x", 0, 1)
     await _settle()
@@ -662,12 +697,20 @@ async def test_redelivered_entries_of_unknown_key_are_read_before_new_entries() 
     await sub.dispatcher.close()
 
 
-def test_stats_show_key_hash_ranges(standalone, client: pulsar.Client, topic_name: str) -> None:  # type: ignore[no-untyped-def]
+def test_stats_show_key_hash_ranges(ks_broker: StandaloneProcess, client: pulsar.Client, topic_name: str) -> None:
     from tests.admin.rest import call
 
     for name in ("a", "b"):
         client.subscribe(topic_name, "ks-stats", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=name)
     path = topic_name.replace("persistent://", "persistent/")
-    stats = call("GET", f"{standalone.http_url}/admin/v2/{path}/stats").json["subscriptions"]["ks-stats"]
-    ranges = {c["consumerName"]: c["keyHashRanges"] for c in stats["consumers"]}
-    assert set(ranges) == {"a", "b"} and all(r and r[0].startswith("[") for r in ranges.values())
+    stats = call("GET", f"{ks_broker.http_url}/admin/v2/{path}/stats").json["subscriptions"]["ks-stats"]
+    assert stats["keySharedMode"] == "AUTO_SPLIT" and stats["drainingHashesCount"] == 0
+    expected = _auto_split(["a", "b"]).key_hash_ranges()
+    names = {c.name: c for c in expected}
+    for c in stats["consumers"]:
+        ranges = expected[names[c["consumerName"]]]
+        if ks_broker.extra_config.get(CLASSIC) == "true":  # Pulsar 4 keeps the 3.x string form for classic
+            assert c["keyHashRanges"] == [f"[{s}, {e}]" for s, e in ranges] and "keyHashRangeArrays" not in c
+        else:
+            assert c["keyHashRangeArrays"] == [[s, e] for s, e in ranges] and "keyHashRanges" not in c
+    assert len(stats["consumers"]) == 2

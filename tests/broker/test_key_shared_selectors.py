@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.key_shared import (
+from magnetar.broker.key_shared_selectors import (
     RANGE_SIZE,
     ConsistentHashingSelector,
     HashRangeAutoSplitSelector,
