@@ -508,14 +508,19 @@ class _FakeSubscription:
             self.ledger.entries.append(build_entry(metadata, f"{key}:{seq}".encode()))
         self.dispatcher.wakeup()
 
-    def consumer(self, name: str, permits: int = 1000) -> Consumer:
+    def key_at(self, position: Position) -> str:
+        return parse_metadata(self.ledger.entries[position.entry_id])[0].partition_key
+
+    def consumer(self, name: str, permits: int = 1000, meta: pb.KeySharedMeta | None = None) -> Consumer:
         c = Consumer(self, _FakeConnection(), len(name), name, SubType.Key_Shared, 0, 0, {})  # type: ignore[arg-type]
+        c.key_shared_meta = meta
         c.flow(permits)
         self.dispatcher.add_consumer(c)
         return c
 
-    def ack_all(self, consumer: Consumer) -> None:
-        positions = list(consumer.pending_acks)
+    def ack_all(self, consumer: Consumer, key: str | None = None) -> None:
+        """Acknowledge ``consumer``'s unacked entries (only those of ``key`` if given)."""
+        positions = [p for p in consumer.pending_acks if key is None or self.key_at(p) == key]
         for p in positions:
             consumer.acked(p)
         self.cursor.delete(positions)
