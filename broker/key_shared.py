@@ -148,15 +148,10 @@ class StickyKeyDispatcher(SharedDispatcher):
         self._index_parked(positions)
         self.wakeup()
 
-    def consumer_key_hash_ranges(self) -> dict[Consumer, list[tuple[int, int]]]:
-        """Each consumer's hash ranges (for stats)."""
-        return self.selector.key_hash_ranges()
-
-    def stats(self, consumers: list[dict[str, Any]]) -> dict[str, Any]:
-        """Key_Shared fields of the subscription's stats; adds each consumer's to ``consumers`` (the stats
-        of ``self.consumers``, in order)."""
+    def stats(self, consumers: list[tuple[Consumer, dict[str, Any]]]) -> dict[str, Any]:
+        """Key_Shared fields of the subscription's stats; adds each consumer's to its stats in ``consumers``."""
         ranges = self.selector.key_hash_ranges()
-        for c, out in zip(self.consumers, consumers, strict=True):
+        for c, out in consumers:
             out.update(self._consumer_stats(c, ranges.get(c, [])))
         return {
             "allowOutOfOrderDelivery": self.allow_out_of_order,
@@ -247,8 +242,8 @@ class StickyKeyDispatcher(SharedDispatcher):
                 if limit is not None and p >= limit:
                     break
                 last = heappop(queue)
-                h = hashes[p]
-                if h in blocked or self._blocked(consumer, h):
+                h = hashes.get(p)
+                if h is not None and (h in blocked or self._blocked(consumer, h)):
                     # Stays parked, out of this queue until the hash is unblocked (then queues are rebuilt).
                     blocked.add(h)
                     continue
@@ -456,10 +451,10 @@ class KeySharedDispatcher(StickyKeyDispatcher):
     def _may_read(self) -> bool:
         return super()._may_read() and any(self._permits(c) > 0 for c in self.consumers)
 
-    def stats(self, consumers: list[dict[str, Any]]) -> dict[str, Any]:
+    def stats(self, consumers: list[tuple[Consumer, dict[str, Any]]]) -> dict[str, Any]:
         out = super().stats(consumers)
         for key in ("drainingHashesCount", "drainingHashesClearedTotal", "drainingHashesUnackedMessages"):
-            out[key] = sum(c[key] for c in consumers)
+            out[key] = sum(stats[key] for _, stats in consumers)
         return out
 
     def _consumer_stats(self, consumer: Consumer, ranges: list[tuple[int, int]]) -> dict[str, Any]:

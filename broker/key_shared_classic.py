@@ -72,7 +72,7 @@ class ClassicKeySharedDispatcher(StickyKeyDispatcher):
         joined = self.recently_joined
         return super()._may_read() and any(c not in joined and self._permits(c) > 0 for c in self.consumers)
 
-    def stats(self, consumers: list[dict[str, Any]]) -> dict[str, Any]:
+    def stats(self, consumers: list[tuple[Consumer, dict[str, Any]]]) -> dict[str, Any]:
         out = super().stats(consumers)
         out["consumersAfterMarkDeletePosition"] = {c.name: str(p) for c, p in self.recently_joined.items()}
         return out

@@ -112,7 +112,7 @@ def subscription_stats(sub: Subscription) -> dict[str, Any]:
     consumers = [consumer_stats(c) for c in sub.consumers]
     key_shared: dict[str, Any] = {}
     if isinstance(dispatcher, StickyKeyDispatcher):  # hash ranges, draining hashes, the subscription's policy
-        key_shared = dispatcher.stats(consumers)
+        key_shared = dispatcher.stats(list(zip(sub.consumers, consumers, strict=True)))
     stats = {
         "msgRateOut": sum(c["msgRateOut"] for c in consumers),
         "msgThroughputOut": sum(c["msgThroughputOut"] for c in consumers),

@@ -260,3 +260,13 @@ def test_sticky_refuses_invalid_or_conflicting_ranges(ranges: tuple[tuple[int, i
 def test_sticky_requires_meta() -> None:
     with pytest.raises(BrokerError, match="Must specify key shared meta"):
         HashRangeExclusiveSelector().add_consumer(FakeConsumer("x"))
+
+
+def test_key_hash_is_pulsar_4_slot_never_zero() -> None:
+    """Range selectors route and report a key by its slot (``hash % 65536``), 0 taken as 1 (Pulsar 4)."""
+    zero = next(k for k in (f"z{i}".encode() for i in range(1_000_000)) if sticky_key_hash(k) % RANGE_SIZE == 0)
+    for selector in (HashRangeAutoSplitSelector(), HashRangeExclusiveSelector()):
+        assert selector.key_hash(zero) == 1
+        assert selector.key_hash(b"key-1") == sticky_key_hash(b"key-1") % RANGE_SIZE
+    ring = ConsistentHashingSelector(10)
+    assert ring.key_hash(b"key-1") == sticky_key_hash(b"key-1")  # 3.x ring: the whole 31-bit hash
