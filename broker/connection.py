@@ -454,6 +454,10 @@ class ServerConnection(asyncio.Protocol):
             topic = await self.service.get_topic(name, create=r.force_topic_creation)
             start = r.start_message_id if r.HasField("start_message_id") else None
             sub = await topic.subscribe(r.subscription, r.durable, r.initialPosition, start)
+            if r.start_message_rollback_duration_sec > 0 and name.persistent:
+                # As Pulsar does on every such subscribe: reset to that long ago, by publish time.
+                since_ms = int(time.time() * 1000) - r.start_message_rollback_duration_sec * 1000
+                await sub.reset(await topic.find_position_by_publish_time(since_ms))
             consumer = Consumer(
                 sub,
                 self,

@@ -241,8 +241,11 @@ class Subscription:
             self.ack_up_to(last)
 
     async def expire_older_than(self, seconds: int) -> None:
-        """Acknowledge every entry published more than ``seconds`` ago (TTL, admin ``expireMessages``)."""
-        cutoff_ms = int((time.time() - seconds) * 1000)
+        """Acknowledge every entry published more than ``seconds`` ago (TTL, admin ``expireMessages``).
+
+        Pulsar's rule (``MessageImpl.isEntryExpired``: ``now > publish_time + ttl``): an entry exactly
+        ``seconds`` old is not expired yet, the same strict boundary as seeks by publish time."""
+        cutoff_ms = int(time.time() * 1000) - seconds * 1000
         position = await self.topic.newest_published_before(cutoff_ms)
         if position is not None and position > self.cursor.mark_delete_position:
             before = self.backlog()

@@ -326,20 +326,22 @@ class PersistentTopic:
         return last, (count - 1) if metadata.HasField("num_messages_in_batch") else -1
 
     async def newest_published_before(self, publish_time_ms: int) -> Position | None:
-        """The newest entry published at or before ``publish_time_ms`` (None if even the first is newer)."""
+        """The newest entry published strictly before ``publish_time_ms`` (None if none is that old).
+
+        Pulsar's finder rule (``MessageImpl.isEntryPublishedEarlierThan``: ``entry < timestamp``), shared by
+        seeks, resets and expiry so an entry of that very millisecond is never passed over."""
 
         def published_before(entry: Entry) -> bool:
             metadata, _ = parse_metadata(entry.data)
-            return metadata.publish_time <= publish_time_ms
+            return metadata.publish_time < publish_time_ms
 
         if self.ledger.last_confirmed_entry.entry_id < 0 and self.ledger.number_of_entries == 0:
             return None
         return await self.ledger.find_newest_matching(published_before)
 
     async def find_position_by_publish_time(self, publish_time_ms: int) -> Position:
-        """Where a seek to ``publish_time_ms`` resumes: after the newest entry published at or before it,
-        as Pulsar's resetCursor(timestamp) does; the first entry if none is that old."""
-
+        """Where a seek or reset to ``publish_time_ms`` resumes: the first entry published at or after it
+        (after the newest one published earlier, as Pulsar's resetCursor(timestamp) does)."""
         newest_before = await self.newest_published_before(publish_time_ms)
         if newest_before is None:
             return self.ledger.first_position

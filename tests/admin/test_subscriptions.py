@@ -82,6 +82,34 @@ def test_reset_cursor_by_time_and_id(client: pulsar.Client, topic_name: str, top
     assert unknown.status == 400
 
 
+def test_reset_cursor_by_time_includes_that_millisecond(client: pulsar.Client, topic_name: str, topic_url: str) -> None:
+    """resetcursor/{timestamp} resumes at the first entry published at or after it (Pulsar's finder looks
+    for the newest entry strictly earlier): a batch published in that very millisecond comes back whole."""
+    call("PUT", f"{topic_url}/subscription/r", {"ledgerId": -1, "entryId": -1})
+    _fill(client, topic_name, 2)
+    batched = client.create_producer(
+        topic_name, batching_enabled=True, batching_max_messages=3, batching_max_publish_delay_ms=100
+    )
+    for i in range(3):
+        batched.send_async(f"b{i}".encode(), None)
+    batched.flush()
+    reader = client.create_reader(topic_name, pulsar.MessageId.earliest)
+    published = [(m.data(), m.publish_timestamp()) for m in (reader.read_next(5000) for _ in range(5))]
+    reader.close()
+    batch_time = published[2][1]
+    call("POST", f"{topic_url}/subscription/r/skip_all")
+    assert call("POST", f"{topic_url}/subscription/r/resetcursor/{batch_time}").status == 204
+    consumer = client.subscribe(topic_name, "r")
+    got = []
+    while True:
+        try:
+            got.append(consumer.receive(timeout_millis=1000).data())
+        except pulsar.Timeout:
+            break
+    assert got == [d for d, t in published if t >= batch_time]
+    assert got[-3:] == [b"b0", b"b1", b"b2"]
+
+
 def test_peek_and_examine(client: pulsar.Client, topic_name: str, topic_url: str) -> None:
     call("PUT", f"{topic_url}/subscription/p", {"ledgerId": -1, "entryId": -1})
     ids = _fill(client, topic_name, 3)

@@ -217,6 +217,47 @@ def test_seek_by_publish_time(client: pulsar.Client, topic_name: str) -> None:
     assert _drain(c, timeout_ms=2000) == [b"after-0", b"after-1", b"after-2"]
 
 
+def _publish_with_shared_milliseconds(client: pulsar.Client, topic: str) -> list[tuple[bytes, int]]:
+    """Messages (payload, publish time) where several share a millisecond: a batch (one publish time
+    for all its messages) and a burst of non-batched sends."""
+    single = client.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        single.send(f"a-{i}".encode())
+    batched = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=4, batching_max_publish_delay_ms=100
+    )
+    for i in range(4):
+        batched.send_async(f"b-{i}".encode(), None)
+    batched.flush()
+    for i in range(20):
+        single.send_async(f"c-{i}".encode(), None)
+    single.flush()
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    out = []
+    for _ in range(27):
+        msg = reader.read_next(5000)
+        out.append((msg.data(), msg.publish_timestamp()))
+    reader.close()
+    return out
+
+
+def test_seek_by_publish_time_includes_that_millisecond(client: pulsar.Client, topic_name: str) -> None:
+    """Pulsar resumes at the first entry published at or after the time: a seek to a message's own
+    publish time delivers it again, and every other message of that millisecond with it."""
+    published = _publish_with_shared_milliseconds(client, topic_name)
+    batch_time = next(t for d, t in published if d == b"b-0")
+    assert all(t == batch_time for d, t in published if d.startswith(b"b-"))
+    times = [t for _, t in published]
+    shared = [t for t in times if times.count(t) > 1 and t != batch_time]
+    c = client.subscribe(topic_name, "seek-ms", initial_position=E)
+    assert len(_drain(c)) == len(published)
+    for t in [batch_time, times[1], *shared[:1]]:
+        c.seek(t)
+        assert _drain(c, timeout_ms=2000) == [d for d, pt in published if pt >= t], t
+    c.seek(times[-1] + 1)  # later than everything: nothing comes back
+    assert _drain(c, timeout_ms=500) == []
+
+
 def test_reader_from_message_id_inclusive_and_exclusive(client: pulsar.Client, topic_name: str) -> None:
     producer = client.create_producer(topic_name, batching_enabled=False)
     ids = [producer.send(f"r-{i}".encode()) for i in range(5)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pulsar
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -101,3 +103,30 @@ def test_non_durable_consumer_joins_durable_subscription(standalone: StandaloneP
     finally:
         durable.close()
         transient.close()
+
+
+def test_subscribe_with_rollback_duration_starts_at_that_time(
+    standalone: StandaloneProcess, client: pulsar.Client, topic_name: str
+) -> None:
+    """SUBSCRIBE's start_message_rollback_duration_sec (Java readers' startMessageFromRollbackDuration)
+    resets the subscription to now minus that many seconds, by publish time, as Pulsar does."""
+    producer = client.create_producer(topic_name, batching_enabled=False)
+    producer.send(b"old")
+    time.sleep(2.5)
+    recent = [producer.send(f"new-{i}".encode()) for i in range(3)]
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        cmd = T(type=T.SUBSCRIBE)
+        s = cmd.subscribe
+        s.topic, s.subscription, s.subType = topic_name, "rollback", Sub.Exclusive
+        s.consumer_id, s.request_id = 1, 1
+        s.initialPosition = Sub.Latest
+        s.start_message_rollback_duration_sec = 2
+        raw.send(cmd)
+        assert raw.recv_until_response(1).type == T.SUCCESS
+        raw.flow(1, 10)
+        got = [raw.recv_until(T.MESSAGE).message.message_id for _ in range(3)]
+        assert [(m.ledgerId, m.entryId) for m in got] == [(r.ledger_id(), r.entry_id()) for r in recent]
+    finally:
+        raw.close()
