@@ -40,6 +40,8 @@ class Consumer:
         self.sub_type = sub_type
         self.priority = priority
         self.metadata = metadata
+        #: Partition index every delivered message id carries (-1 on a non-partitioned topic).
+        self.partition = subscription.topic.name.partition_index
         #: Key_Shared settings the consumer subscribed with (mode, sticky ranges, out-of-order flag).
         self.key_shared_meta: pb.KeySharedMeta | None = None
         self.permits = 0
@@ -76,6 +78,7 @@ class Consumer:
         """
         write = self.connection.write
         consumer_id = self.consumer_id
+        partition = self.partition
         pending = self.pending_acks
         sent_messages = 0
         sent_bytes = 0
@@ -89,6 +92,7 @@ class Consumer:
                 len(data),
                 redelivery_counts.get(position, 0),
                 cursor.batch_unacked(position) if cursor is not None else None,
+                partition,
             )
             write(header, data)
             pending[position] = count

@@ -45,13 +45,15 @@ def message_header(
     entry_size: int,
     redelivery_count: int = 0,
     ack_set: list[int] | None = None,
+    partition: int = -1,
 ) -> bytes:
     """Frame header + CommandMessage for an entry of ``entry_size`` bytes that follows it unchanged.
 
     ``ack_set`` (64-bit words, bit set = not yet acknowledged) tells the client which messages of a
-    partly acknowledged batch to deliver.
+    partly acknowledged batch to deliver; ``partition`` is the index of the partition the entry is
+    from (clients' ``message_id().partition()``), -1 on a non-partitioned topic.
     """
-    mid = _message_id(ledger_id, entry_id)
+    mid = _message_id(ledger_id, entry_id, partition)
     body = b"\x08" + _varint(consumer_id) + b"\x12" + _varint(len(mid)) + mid
     if redelivery_count:
         body += b"\x18" + _varint(redelivery_count)

@@ -32,6 +32,7 @@ from magnetar.broker.key_shared_selectors import (
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import NONE_KEY, build_entry, parse_metadata
 from magnetar.broker.stats import Meter
+from magnetar.broker.topic_name import TopicName
 from magnetar.managed_ledger.api import Entry, Position
 from tests.conftest import StandaloneProcess, _quiet_logger
 
@@ -493,7 +494,12 @@ class _FakeSubscription:
         config.subscription_key_shared_use_classic_persistent_implementation = classic
         self.ledger = _FakeLedger()
         self.cursor = _FakeCursor(self.ledger)
-        self.topic = SimpleNamespace(service=SimpleNamespace(config=config), ledger=self.ledger, terminated=False)
+        self.topic = SimpleNamespace(
+            name=TopicName.parse("persistent://public/default/ks"),
+            service=SimpleNamespace(config=config),
+            ledger=self.ledger,
+            terminated=False,
+        )
         self.redelivery_counts: dict[Position, int] = {}
         self.meter_out = Meter()
         kind = ClassicKeySharedDispatcher if classic else KeySharedDispatcher

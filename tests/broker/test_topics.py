@@ -120,6 +120,39 @@ def test_multi_topic_consumer_across_partitions(
     assert got == sorted([f"p{i}".encode() for i in range(6)] + [b"plain"])
 
 
+def test_delivered_message_ids_carry_the_routers_choice(
+    standalone: StandaloneProcess, client: pulsar.Client, topic_name: str
+) -> None:
+    """MESSAGE on a partition carries ``message_id.partition`` as Pulsar's broker sends it: a custom
+    router's choice can be read back from ``msg.message_id().partition()``, also for batches."""
+    from tests.admin.rest import call
+
+    call("PUT", f"{standalone.http_url}/admin/v2/{topic_name.replace('persistent://', 'persistent/')}/partitions", 3)
+
+    def router(msg: pulsar.Message, num_partitions: int) -> int:
+        return int(msg.partition_key()) % num_partitions
+
+    consumer = client.subscribe(topic_name, "routed", initial_position=pulsar.InitialPosition.Earliest)
+    for batching in (False, True):
+        producer = client.create_producer(topic_name, message_router=router, batching_enabled=batching)
+        for i in range(6):
+            producer.send_async(f"{batching}-{i}".encode(), None, partition_key=str(i))
+        producer.flush()
+        producer.close()
+    got = {}
+    for _ in range(12):
+        msg = consumer.receive(timeout_millis=5000)
+        got[msg.data()] = msg.message_id().partition()
+        assert msg.topic_name().endswith(f"-partition-{got[msg.data()]}")
+    assert got == {f"{b}-{i}".encode(): i % 3 for b in (False, True) for i in range(6)}
+    # A consumer on a single partition sees the index too, in messages and in its last message id.
+    one = client.subscribe(f"{topic_name}-partition-2", "one", initial_position=pulsar.InitialPosition.Earliest)
+    assert one.receive(timeout_millis=5000).message_id().partition() == 2
+    assert one.get_last_message_id().partition() == 2
+    admin = f"{standalone.http_url}/admin/v2/{topic_name.replace('persistent://', 'persistent/')}-partition-2"
+    assert call("GET", f"{admin}/lastMessageId").json["partitionIndex"] == 2
+
+
 @pytest.mark.slow
 def test_regex_consumer_discovers_new_topics(client: pulsar.Client, topic_name: str) -> None:
     """The client polls GET_TOPICS_OF_NAMESPACE every 60 s: the Python wrapper of pulsar-client 3.13
