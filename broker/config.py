@@ -62,8 +62,10 @@ class BrokerConfig:
     max_producers_per_topic: int = 0
     max_consumers_per_subscription: int = 0
     max_unacked_messages_per_consumer: int = 50_000
-    #: Track acknowledgements of single messages inside batches (clients' batchIndexAckEnabled).
-    acknowledgment_at_batch_index_level_enabled: bool = False
+    #: Track acknowledgements of single messages inside batches (clients' batchIndexAckEnabled): on by
+    #: default since Pulsar 4.1 (PIP-391); false restores the 3.x behaviour (a partly acked batch is
+    #: redelivered whole).
+    acknowledgment_at_batch_index_level_enabled: bool = True
     dispatcher_max_read_batch_size: int = 100
     #: Key_Shared with the pre-4.0 dispatcher: a joining consumer gets only entries read before it joined
     #: until the mark-delete position reaches that point, instead of PIP-379's per-key "draining hashes".

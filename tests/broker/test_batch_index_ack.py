@@ -38,8 +38,7 @@ def _receive_all(consumer: pulsar.Consumer) -> list[pulsar.Message]:
 
 def test_partial_batch_acks_survive_reconnect_and_restart(fresh_standalone: StandaloneProcess) -> None:
     node = fresh_standalone
-    node.extra_config["acknowledgmentAtBatchIndexLevelEnabled"] = "true"
-    node.start()
+    node.start()  # acknowledgmentAtBatchIndexLevelEnabled is on by default (Pulsar 4.1, PIP-391)
     topic = "persistent://public/default/batch-index-ack"
     client = _client(node)
     consumer = client.subscribe(topic, "s", initial_position=E, batch_index_ack_enabled=True)
@@ -68,7 +67,7 @@ def test_partial_batch_acks_survive_reconnect_and_restart(fresh_standalone: Stan
     client.close()
 
 
-def test_without_broker_tracking_the_whole_batch_returns(client: pulsar.Client, topic_name: str) -> None:
+def test_on_by_default_acked_messages_of_a_batch_stay_acked(client: pulsar.Client, topic_name: str) -> None:
     consumer = client.subscribe(topic_name, "s", initial_position=E, batch_index_ack_enabled=True)
     _fill_one_batch(client, topic_name, 6)
     msgs = _receive_all(consumer)
@@ -76,5 +75,21 @@ def test_without_broker_tracking_the_whole_batch_returns(client: pulsar.Client, 
         consumer.acknowledge(m)
     consumer.close()
     consumer = client.subscribe(topic_name, "s", batch_index_ack_enabled=True)
-    # acknowledgmentAtBatchIndexLevelEnabled is off (Pulsar's default): the entry is redelivered whole.
-    assert len(_receive_all(consumer)) == 6
+    assert [m.data() for m in _receive_all(consumer)] == [b"b3", b"b4", b"b5"]
+
+
+def test_turned_off_the_whole_batch_returns(fresh_standalone: StandaloneProcess) -> None:
+    node = fresh_standalone
+    node.extra_config["acknowledgmentAtBatchIndexLevelEnabled"] = "false"  # Pulsar's default before 4.1
+    node.start()
+    topic = "persistent://public/default/batch-index-ack-off"
+    client = _client(node)
+    consumer = client.subscribe(topic, "s", initial_position=E, batch_index_ack_enabled=True)
+    _fill_one_batch(client, topic, 6)
+    msgs = _receive_all(consumer)
+    for m in msgs[:3]:
+        consumer.acknowledge(m)
+    consumer.close()
+    consumer = client.subscribe(topic, "s", batch_index_ack_enabled=True)
+    assert len(_receive_all(consumer)) == 6  # the entry is redelivered whole
+    client.close()
