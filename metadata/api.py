@@ -8,12 +8,22 @@ Versions start at 0 on creation and grow by one on every update, as in ZooKeeper
 from __future__ import annotations
 
 import abc
+import asyncio
+import functools
+import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: ``expected_version`` for "the key must not exist yet".
 NOT_EXISTS = -1
+
+#: Most operations one :meth:`MetadataStore.transact` call may hold (etcd's per-txn limit).
+MAX_TRANSACTION_OPS = 128
 
 
 class MetadataError(Exception):
@@ -68,6 +78,25 @@ class Notification:
 Listener = Callable[[Notification], Awaitable[None] | None]
 
 
+def invoke_listener(listener: Listener, note: Notification, tasks: set[asyncio.Task[Any]]) -> None:
+    """Call a watch listener: a failure is logged, not raised; a coroutine's task stays in ``tasks`` until done."""
+    try:
+        res = listener(note)
+    except Exception:
+        log.exception("metadata watch listener failed for %s", note.path)
+        return
+    if inspect.isawaitable(res):
+        task = asyncio.ensure_future(res)
+        tasks.add(task)
+        task.add_done_callback(functools.partial(_listener_done, tasks))
+
+
+def _listener_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:
+    tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("metadata watch listener failed", exc_info=task.exception())
+
+
 @dataclass(frozen=True, slots=True)
 class PutOp:
     """One put inside :meth:`MetadataStore.transact`."""
@@ -83,6 +112,27 @@ class DeleteOp:
 
     path: str
     expected_version: int | None = None
+
+
+def check_path(path: str, *, allow_root: bool = False) -> None:
+    """Raise ``ValueError`` unless ``path`` is ``/name[/name...]`` (or ``/`` with ``allow_root``).
+
+    Every store applies these rules, so all of them accept exactly the same paths.
+    """
+    if path == "/":
+        if allow_root:
+            return
+        raise ValueError("the root '/' cannot be written")
+    if not path.startswith("/") or path.endswith("/") or "//" in path:
+        raise ValueError(f"invalid metadata path {path!r}")
+
+
+def check_transaction(ops: list[PutOp | DeleteOp]) -> None:
+    """Raise ``ValueError`` for more than :data:`MAX_TRANSACTION_OPS` operations or a bad path."""
+    if len(ops) > MAX_TRANSACTION_OPS:
+        raise ValueError(f"at most {MAX_TRANSACTION_OPS} operations per transaction, got {len(ops)}")
+    for op in ops:
+        check_path(op.path)
 
 
 class Session(abc.ABC):

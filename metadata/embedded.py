@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import itertools
 import logging
 import os
@@ -43,6 +42,9 @@ from magnetar.metadata.api import (
     Stat,
     StoreUnavailableError,
     Value,
+    check_path,
+    check_transaction,
+    invoke_listener,
 )
 
 try:  # POSIX only: keeps two processes from sharing (and wiping each other's ephemerals in) one file
@@ -51,8 +53,6 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
-
-MAX_TRANSACTION_OPS = 128
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
@@ -75,15 +75,6 @@ _STOP = object()
 def _parent(path: str) -> str:
     i = path.rfind("/")
     return "/" if i == 0 else path[:i]
-
-
-def _check_path(path: str, *, allow_root: bool = False) -> None:
-    if path == "/":
-        if allow_root:
-            return
-        raise ValueError("the root '/' cannot be written")
-    if not path.startswith("/") or path.endswith("/") or "//" in path:
-        raise ValueError(f"invalid metadata path {path!r}")
 
 
 def _now_ms() -> int:
@@ -185,7 +176,7 @@ class EmbeddedMetadataStore(MetadataStore):
         await self._call("ping")
 
     async def get(self, path: str) -> Value | None:
-        _check_path(path)
+        check_path(path)
         return await self._call("get", path)
 
     async def put(
@@ -196,26 +187,23 @@ class EmbeddedMetadataStore(MetadataStore):
         *,
         session: Session | None = None,
     ) -> Stat:
-        _check_path(path)
+        check_path(path)
         return await self._call("put", path, bytes(data), expected_version, session.id if session else None)
 
     async def delete(self, path: str, expected_version: int | None = None) -> None:
-        _check_path(path)
+        check_path(path)
         await self._call("delete", path, expected_version)
 
     async def get_children(self, path: str) -> list[str]:
-        _check_path(path, allow_root=True)
+        check_path(path, allow_root=True)
         return await self._call("children", path)
 
     async def delete_recursive(self, path: str) -> None:
-        _check_path(path, allow_root=True)
+        check_path(path, allow_root=True)
         await self._call("delete_recursive", path)
 
     async def transact(self, ops: list[PutOp | DeleteOp]) -> list[Stat | None]:
-        if len(ops) > MAX_TRANSACTION_OPS:
-            raise ValueError(f"at most {MAX_TRANSACTION_OPS} operations per transaction, got {len(ops)}")
-        for op in ops:
-            _check_path(op.path)
+        check_transaction(ops)
         if not ops:
             return []
         return await self._call("transact", list(ops))
@@ -292,25 +280,9 @@ class EmbeddedMetadataStore(MetadataStore):
                 continue
             if w.loop is not None and w.loop is not current:
                 if not w.loop.is_closed():
-                    w.loop.call_soon_threadsafe(self._invoke, w.listener, note)
+                    w.loop.call_soon_threadsafe(invoke_listener, w.listener, note, self._tasks)
             else:
-                self._invoke(w.listener, note)
-
-    def _invoke(self, listener: Listener, note: Notification) -> None:
-        try:
-            res = listener(note)
-        except Exception:
-            log.exception("metadata watch listener failed for %s", note.path)
-            return
-        if inspect.isawaitable(res):
-            task = asyncio.ensure_future(res)
-            self._tasks.add(task)
-            task.add_done_callback(self._listener_done)
-
-    def _listener_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("metadata watch listener failed", exc_info=task.exception())
+                invoke_listener(w.listener, note, self._tasks)
 
     # ------------------------------------------------------------------ worker thread
 

@@ -70,6 +70,7 @@ import grpc
 from aetcd import rpc
 
 from magnetar.metadata.api import (
+    MAX_TRANSACTION_OPS,
     NOT_EXISTS,
     BadVersionError,
     DeleteOp,
@@ -82,6 +83,8 @@ from magnetar.metadata.api import (
     Stat,
     StoreUnavailableError,
     Value,
+    check_path,
+    check_transaction,
 )
 from magnetar.metadata.etcd_watch import WatchHub, _prefix_end
 
@@ -89,7 +92,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "/magnetar"
 DEFAULT_PORT = 2379
-MAX_TRANSACTION_OPS = 128
 #: A batch op is a nested txn of up to 2 ops; etcd grants nested txns ``128 - outer ops``.
 MAX_BATCH_OPS = 126
 MIN_LEASE_TTL = 2
@@ -198,16 +200,6 @@ def _target(host: str, port: int) -> str:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _check_path(path: str, *, allow_root: bool = False) -> None:
-    # Same rules as the embedded store, so both accept exactly the same paths.
-    if path == "/":
-        if allow_root:
-            return
-        raise ValueError("the root '/' cannot be written")
-    if not path.startswith("/") or path.endswith("/") or "//" in path:
-        raise ValueError(f"invalid metadata path {path!r}")
 
 
 def _cmp_exists(key: bytes) -> Any:
@@ -575,7 +567,7 @@ class EtcdMetadataStore(MetadataStore):
     # ------------------------------------------------------------------ reads
 
     async def get(self, path: str) -> Value | None:
-        _check_path(path)
+        check_path(path)
         resp = await self._rpc("get", lambda s: s.kv.Range, rpc.RangeRequest(key=self._key(path)))
         if not resp.kvs:
             return None
@@ -583,7 +575,7 @@ class EtcdMetadataStore(MetadataStore):
         return Value(kv.value, _stat(path, kv))
 
     async def get_children(self, path: str) -> list[str]:
-        _check_path(path, allow_root=True)
+        check_path(path, allow_root=True)
         base = self._root if path == "/" else self._key(path)
         for _attempt in range(3):
             try:
@@ -643,7 +635,7 @@ class EtcdMetadataStore(MetadataStore):
         *,
         session: Session | None = None,
     ) -> Stat:
-        _check_path(path)
+        check_path(path)
         lease = self._lease_of(session)
         key = self._key(path)
         data = bytes(data)
@@ -684,7 +676,7 @@ class EtcdMetadataStore(MetadataStore):
             raise
 
     async def delete(self, path: str, expected_version: int | None = None) -> None:
-        _check_path(path)
+        check_path(path)
         key = self._key(path)
         cmp = _cmp_exists(key) if expected_version is None else _cmp_version(key, expected_version)
         nested = rpc.TxnRequest(compare=[cmp], success=[_delete(key)], failure=[_read(key)])
@@ -806,7 +798,7 @@ class EtcdMetadataStore(MetadataStore):
     # ------------------------------------------------------------------ multi-key writes
 
     async def delete_recursive(self, path: str) -> None:
-        _check_path(path, allow_root=True)
+        check_path(path, allow_root=True)
         if path == "/":
             ops = [_delete(self._root + b"/", self._root + b"0")]
         else:
@@ -822,10 +814,8 @@ class EtcdMetadataStore(MetadataStore):
         and committed as their net effect (guarded by ``mod_revision``), which works unless that
         net effect is not one write (two puts, or delete then re-create): ``ValueError``.
         """
-        if len(ops) > MAX_TRANSACTION_OPS:
-            raise ValueError(f"at most {MAX_TRANSACTION_OPS} operations per transaction, got {len(ops)}")
+        check_transaction(ops)
         for op in ops:
-            _check_path(op.path)
             if op.expected_version is not None and op.expected_version < NOT_EXISTS:
                 raise ValueError(f"invalid expected version {op.expected_version}")
         if not ops:

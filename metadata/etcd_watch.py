@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from aetcd import rpc
 
-from magnetar.metadata.api import Listener, Notification, NotificationType
+from magnetar.metadata.api import Listener, Notification, NotificationType, invoke_listener
 
 if TYPE_CHECKING:
     from magnetar.metadata.etcd import EtcdMetadataStore
@@ -358,23 +357,7 @@ class WatchHub:
     def _dispatch(self, pw: _PrefixWatch, note: Notification, revision: int) -> None:
         for entry in list(pw.listeners):
             if revision > entry.min_revision:
-                self._invoke(entry.listener, note)
-
-    def _invoke(self, listener: Listener, note: Notification) -> None:
-        try:
-            res = listener(note)
-        except Exception:
-            log.exception("metadata watch listener failed for %s", note.path)
-            return
-        if inspect.isawaitable(res):
-            task = asyncio.ensure_future(res)
-            self._tasks.add(task)
-            task.add_done_callback(self._listener_done)
-
-    def _listener_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("metadata watch listener failed", exc_info=task.exception())
+                invoke_listener(entry.listener, note, self._tasks)
 
 
 def _prefix_end(prefix: bytes) -> bytes:
