@@ -23,7 +23,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,8 +111,8 @@ class StoreStats:
 class EmbeddedSession(Session):
     """A session of the embedded store: it lives until closed or until the process ends."""
 
-    def __init__(self, store: EmbeddedMetadataStore, session_id: int, ttl_seconds: float) -> None:
-        self._store = store
+    def __init__(self, session_id: int, ttl_seconds: float, closer: Callable[[int], Awaitable[None]]) -> None:
+        self._closer = closer
         self._id = session_id
         self.ttl_seconds = ttl_seconds
         self._closed = False
@@ -125,7 +125,7 @@ class EmbeddedSession(Session):
         if self._closed:
             return
         self._closed = True
-        await self._store._call("close_session", self._id)
+        await self._closer(self._id)
 
 
 @dataclass(slots=True)
@@ -228,7 +228,7 @@ class EmbeddedMetadataStore(MetadataStore):
             raise StoreUnavailableError("metadata store is closed")
         sid = next(self._session_ids)
         self._live_sessions.add(sid)
-        return EmbeddedSession(self, sid, ttl_seconds)
+        return EmbeddedSession(sid, ttl_seconds, self._close_session)
 
     async def close(self) -> None:
         if self._closed:
@@ -241,6 +241,9 @@ class EmbeddedMetadataStore(MetadataStore):
             log.warning("metadata store worker did not stop within %.1fs", self.op_timeout_seconds)
         for task in list(self._tasks):
             task.cancel()
+
+    async def _close_session(self, session_id: int) -> None:
+        await self._call("close_session", session_id)
 
     # ------------------------------------------------------------------ loop side plumbing
 

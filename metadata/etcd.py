@@ -45,7 +45,9 @@ Failures
     or a leader loss raise :class:`StoreUnavailableError`. gRPC reconnects on its own (backoff
     capped at 1 s), watches resume from their last revision (see
     :mod:`magnetar.metadata.etcd_watch`), keep-alives retry. With several endpoints, an
-    unavailable error moves the client to the next one.
+    unavailable error moves the client to the next one. The connection (channel, endpoints,
+    deadlines, key mapping, revision) is :class:`~magnetar.metadata.etcd_transport.EtcdTransport`,
+    which the store, its sessions and its watch hub share.
 
 The gRPC channel is bound to the event loop of the first call: use a store from one loop only.
 Only ``aetcd``'s generated stubs are used (its ``Client`` lacks per-request options such as
@@ -57,16 +59,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
-import grpc
 from aetcd import rpc
 
 from magnetar.metadata.api import (
@@ -86,117 +85,23 @@ from magnetar.metadata.api import (
     check_path,
     check_transaction,
 )
-from magnetar.metadata.etcd_watch import WatchHub, _prefix_end
+from magnetar.metadata.etcd_session import MIN_LEASE_TTL, EtcdSession
+from magnetar.metadata.etcd_transport import (
+    DEFAULT_PREFIX,
+    LIST_PAGE,
+    CompactedError,
+    EtcdStats,
+    EtcdTransport,
+    EtcdUrl,
+    SessionExpiredError,
+    parse_etcd_url,
+)
+from magnetar.metadata.etcd_watch import WatchHub
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PREFIX = "/magnetar"
-DEFAULT_PORT = 2379
 #: A batch op is a nested txn of up to 2 ops; etcd grants nested txns ``128 - outer ops``.
 MAX_BATCH_OPS = 126
-MIN_LEASE_TTL = 2
-_LIST_PAGE = 1000
-
-_UNAVAILABLE_CODES = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.ABORTED,
-    }
-)
-
-_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    # Reconnect quickly after an etcd restart (gRPC's default backoff grows to 120 s).
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    # Detect dead peers under long-lived watch streams; etcd refuses pings more often than 5 s.
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 0),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.enable_retries", 0),
-]
-
-
-# ---------------------------------------------------------------------- URL
-
-
-@dataclass(frozen=True, slots=True)
-class EtcdUrl:
-    """A parsed ``etcd://host:port[,host:port][?prefix=/root&timeout=5]``."""
-
-    endpoints: tuple[tuple[str, int], ...]
-    prefix: str = DEFAULT_PREFIX
-    timeout: float | None = None
-
-
-def parse_etcd_url(url: str) -> EtcdUrl:
-    """Parse an ``etcd://`` metadata-store URL (``ValueError`` when malformed)."""
-    parts = urlsplit(url)
-    if parts.scheme != "etcd":
-        raise ValueError(f"not an etcd URL: {url!r}")
-    if parts.path not in ("", "/") or parts.fragment:
-        raise ValueError(f"etcd URL takes no path (use ?prefix=): {url!r}")
-    endpoints = tuple(_parse_endpoint(e, url) for e in parts.netloc.split(",") if e.strip())
-    if not endpoints:
-        raise ValueError(f"etcd URL needs at least one host:port: {url!r}")
-    prefix, timeout = DEFAULT_PREFIX, None
-    for name, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)):
-        if name == "prefix":
-            prefix = value
-        elif name == "timeout":
-            try:
-                timeout = float(value)
-            except ValueError:
-                raise ValueError(f"bad timeout in {url!r}") from None
-            if not timeout > 0:
-                raise ValueError(f"timeout must be positive in {url!r}")
-        else:
-            raise ValueError(f"unknown etcd URL parameter {name!r} in {url!r}")
-    return EtcdUrl(endpoints, normalize_prefix(prefix), timeout)
-
-
-def _parse_endpoint(text: str, url: str) -> tuple[str, int]:
-    text = text.strip()
-    if text.startswith("["):  # [v6]:port
-        host, sep, rest = text[1:].partition("]")
-        if not sep:
-            raise ValueError(f"bad IPv6 endpoint {text!r} in {url!r}")
-        port_text = rest[1:] if rest.startswith(":") else ""
-        if rest and not rest.startswith(":"):
-            raise ValueError(f"bad endpoint {text!r} in {url!r}")
-    else:
-        host, _, port_text = text.partition(":")
-    if "@" in host or not host:
-        raise ValueError(f"bad endpoint {text!r} in {url!r}")
-    try:
-        port = int(port_text) if port_text else DEFAULT_PORT
-    except ValueError:
-        raise ValueError(f"bad port in {text!r} of {url!r}") from None
-    if not 0 < port < 65536:
-        raise ValueError(f"bad port in {text!r} of {url!r}")
-    return host, port
-
-
-def normalize_prefix(prefix: str) -> str:
-    """``/root`` form of a root prefix; ``""`` (or ``/``) puts Magnetar's paths at etcd's top level."""
-    if prefix in ("", "/"):
-        return ""
-    if not prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
-        raise ValueError(f"etcd root prefix must look like /name[/name...], got {prefix!r}")
-    return prefix
-
-
-def _target(host: str, port: int) -> str:
-    try:
-        if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
-            return f"[{host}]:{port}"
-    except ValueError:
-        pass
-    return f"{host}:{port}"
 
 
 # ---------------------------------------------------------------------- helpers
@@ -268,102 +173,7 @@ def _first_kv(resp: Any) -> Any | None:
     return kvs[0] if kvs else None
 
 
-def _map_error(e: grpc.aio.AioRpcError, what: str) -> MetadataError:
-    code, details = e.code(), e.details() or ""
-    if "too large" in details or "larger than max" in details:
-        return MetadataError(f"etcd rejected {what}: {details}")
-    if code in _UNAVAILABLE_CODES or code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return StoreUnavailableError(f"etcd unavailable for {what}: {code.name} {details}")
-    if code == grpc.StatusCode.NOT_FOUND and "lease" in details:
-        return SessionExpiredError(f"{what}: the session's lease is gone ({details})")
-    if code == grpc.StatusCode.OUT_OF_RANGE and "compacted" in details:
-        return _CompactedError(details)
-    return MetadataError(f"etcd error in {what}: {code.name} {details}")
-
-
-class SessionExpiredError(MetadataError):
-    """The session's lease no longer exists (expired or revoked)."""
-
-
-class _CompactedError(MetadataError):
-    """A read at a pinned revision that etcd has compacted away."""
-
-
-# ---------------------------------------------------------------------- sessions
-
-
-class EtcdSession(Session):
-    """An etcd lease kept alive by a task; ephemeral keys are attached to it."""
-
-    def __init__(self, store: EtcdMetadataStore, lease_id: int, ttl: int) -> None:
-        self._store = store
-        self._id = lease_id
-        self.ttl = ttl
-        self.closed = False
-        #: Set when etcd reported the lease gone (the owner could not renew it in time).
-        self.expired = False
-        self.keepalives = 0
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def id(self) -> int:
-        return self._id
-
-    def _start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._keep_alive(), name=f"etcd-lease-{self._id:x}")
-
-    async def _keep_alive(self) -> None:
-        interval = self.ttl / 3
-        while not self.closed and not self._store._closed:
-            await asyncio.sleep(interval)
-            try:
-                ttl = await self._store._renew(self._id, deadline=min(self._store.op_timeout_seconds, self.ttl / 3))
-            except MetadataError as e:
-                log.debug("keep-alive of lease %x failed: %s", self._id, e)
-                interval = min(0.25, self.ttl / 3)  # retry soon: the lease runs down meanwhile
-                continue
-            if ttl <= 0:
-                self.expired = True
-                log.warning("etcd session %x expired: its ephemeral keys are gone", self._id)
-                return
-            self.keepalives += 1
-            interval = self.ttl / 3
-
-    async def close(self) -> None:
-        """Revoke the lease (deleting its ephemeral keys).
-
-        If etcd cannot be reached the keys still vanish once the TTL runs out, since renewals stop.
-        """
-        if self.closed:
-            return
-        self.closed = True
-        self._store._sessions.discard(self)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self.expired:
-            return
-        try:
-            req = rpc.LeaseRevokeRequest(ID=self._id)
-            await self._store._rpc("revoke session", lambda s: s.lease.LeaseRevoke, req, internal=True)
-        except SessionExpiredError:
-            pass
-        except MetadataError as e:
-            log.warning("could not revoke etcd lease %x (its keys expire in %ss): %s", self._id, self.ttl, e)
-
-
 # ---------------------------------------------------------------------- store
-
-
-@dataclass(slots=True)
-class EtcdStats:
-    """Counters for tests and metrics."""
-
-    calls: int = 0
-    batches: int = 0
-    batched_ops: int = 0
-    largest_batch: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -378,15 +188,6 @@ class _Op:
     size: int
     alone: bool = False
     abandoned: bool = False
-
-
-@dataclass(slots=True)
-class _Stubs:
-    channel: Any
-    kv: Any
-    watch: Any
-    lease: Any
-    target: str
 
 
 @dataclass(slots=True)
@@ -416,148 +217,41 @@ class EtcdMetadataStore(MetadataStore):
         max_batch_bytes: int = 1 << 20,
         max_inflight_batches: int = 2,
     ) -> None:
-        if isinstance(endpoints, str):
-            endpoints = [e for e in endpoints.split(",") if e.strip()]
-        self.endpoints: list[tuple[str, int]] = [
-            e if isinstance(e, tuple) else _parse_endpoint(e, str(e)) for e in endpoints
-        ]
-        if not self.endpoints:
-            raise ValueError("at least one etcd endpoint is needed")
+        self._transport = EtcdTransport(endpoints, prefix=prefix, op_timeout_seconds=op_timeout_seconds)
         if not 1 <= max_batch_ops <= MAX_BATCH_OPS:
             raise ValueError(f"max_batch_ops must be within 1..{MAX_BATCH_OPS}")
-        self.prefix = normalize_prefix(prefix)
-        self._root = self.prefix.encode()
+        #: The endpoints as ``(host, port)`` pairs.
+        self.endpoints = self._transport.endpoints
+        #: The root prefix of Magnetar's keys (``""``: etcd's top level).
+        self.prefix = self._transport.prefix
         self.op_timeout_seconds = op_timeout_seconds
         self.max_batch_ops = max_batch_ops
         self.max_batch_bytes = max_batch_bytes
         self.max_inflight_batches = max(1, max_inflight_batches)
-        self.stats = EtcdStats()
-        #: Newest etcd revision this client has seen (0 until connected).
-        self.revision = 0
-        self._endpoint_index = 0
-        self._conn: _Stubs | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._connect_lock = asyncio.Lock()
-        self._closed = False
-        self._closing = False
         self._pending: deque[_Op] = deque()
         self._inflight_keys: set[bytes] = set()
         self._inflight = 0
         self._flush_handle: asyncio.Handle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sessions: set[EtcdSession] = set()
-        self._watch = WatchHub(self)
-
-    # ------------------------------------------------------------------ key mapping
-
-    def _key(self, path: str) -> bytes:
-        return self._root + path.encode()
-
-    def _key_prefix(self, prefix: str) -> bytes:
-        # Magnetar paths start with '/': an empty watch prefix means the whole tree.
-        return self._root + (prefix or "/").encode()
-
-    def _path_of(self, key: bytes) -> str:
-        return key[len(self._root) :].decode()
+        self._watch = WatchHub(self._transport)
+        self._transport.set_watch_events(self._watch)
 
     # ------------------------------------------------------------------ connection
 
+    @property
+    def revision(self) -> int:
+        """Newest etcd revision this client has seen (0 until connected)."""
+        return self._transport.revision
+
+    @property
+    def stats(self) -> EtcdStats:
+        """Call and batch counters (for tests and metrics)."""
+        return self._transport.stats
+
     async def start(self) -> None:
         """Connect and read the current revision; :class:`StoreUnavailableError` if etcd is unreachable."""
-        await self._ensure_connected()
-
-    def _stubs(self) -> _Stubs:
-        if self._conn is None:
-            host, port = self.endpoints[self._endpoint_index]
-            target = _target(host, port)
-            channel = rpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
-            self._conn = _Stubs(channel, rpc.KVStub(channel), rpc.WatchStub(channel), rpc.LeaseStub(channel), target)
-        return self._conn
-
-    def _observe(self, revision: int) -> None:
-        if revision > self.revision:
-            self.revision = revision
-
-    async def _ensure_connected(self) -> _Stubs:
-        if self._closed:
-            raise StoreUnavailableError("metadata store is closed")
-        loop = asyncio.get_running_loop()
-        if self._loop is None:
-            self._loop = loop
-        elif loop is not self._loop:
-            raise RuntimeError("EtcdMetadataStore is bound to the event loop that first used it")
-        if self.revision == 0:
-            async with self._connect_lock:
-                if self.revision == 0:
-                    await self._probe()
-        self._watch.kick()
-        return self._stubs()
-
-    async def _probe(self) -> None:
-        """Read the current revision, trying each endpoint once."""
-        # The first revision anchors watches registered before connecting: every change made
-        # after this point is newer.
-        req = rpc.RangeRequest(key=self._root + b"/", count_only=True)
-        for attempt in range(len(self.endpoints)):
-            try:
-                resp = await self._stubs().kv.Range(req, timeout=self.op_timeout_seconds)
-            except grpc.aio.AioRpcError as e:
-                self._rotate(e)
-                if attempt + 1 < len(self.endpoints) and e.code() in _UNAVAILABLE_CODES:
-                    continue
-                raise _map_error(e, "connect") from None
-            self.stats.calls += 1
-            self._observe(resp.header.revision)
-            self._watch.on_revision_known(resp.header.revision)
-            return
-
-    def _rotate(self, e: grpc.aio.AioRpcError) -> None:
-        """After an unavailable error, use the next endpoint (if there are several)."""
-        if len(self.endpoints) < 2 or e.code() not in _UNAVAILABLE_CODES or self._conn is None:
-            return
-        old = self._conn
-        self._conn = None
-        self._endpoint_index = (self._endpoint_index + 1) % len(self.endpoints)
-        log.info("etcd %s unavailable, switching to %s", old.target, self.endpoints[self._endpoint_index])
-        self._spawn(old.channel.close(grace=1.0))
-        self._watch.restart_stream()
-
-    async def _rpc(self, what: str, method: Callable[[_Stubs], Any], request: Any, *, internal: bool = False) -> Any:
-        """One unary call with a deadline; gRPC errors become :class:`MetadataError`."""
-        if self._closing and not internal:
-            raise StoreUnavailableError("metadata store is closed")
-        stubs = await self._ensure_connected()
-        try:
-            async with asyncio.timeout(self.op_timeout_seconds + 1.0):  # belt and braces over the deadline
-                resp = await method(stubs)(request, timeout=self.op_timeout_seconds)
-        except grpc.aio.AioRpcError as e:
-            self._rotate(e)
-            raise _map_error(e, what) from None
-        except TimeoutError:
-            raise StoreUnavailableError(f"etcd did not answer {what} within {self.op_timeout_seconds}s") from None
-        self.stats.calls += 1
-        header = getattr(resp, "header", None)
-        if header is not None:
-            self._observe(header.revision)
-        return resp
-
-    async def _renew(self, lease_id: int, *, deadline: float) -> int:
-        """One lease keep-alive round trip (``deadline`` seconds); returns the remaining TTL (0 = gone)."""
-        stubs = await self._ensure_connected()
-        call = stubs.lease.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=deadline)
-        try:
-            async with asyncio.timeout(deadline + 1.0):
-                async for resp in call:
-                    self.stats.calls += 1
-                    return int(resp.TTL)
-        except grpc.aio.AioRpcError as e:
-            self._rotate(e)
-            raise _map_error(e, "lease keep-alive") from None
-        except TimeoutError:
-            raise StoreUnavailableError("lease keep-alive timed out") from None
-        finally:
-            call.cancel()
-        raise StoreUnavailableError("lease keep-alive stream ended without an answer")
+        await self._transport.ensure_connected()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -568,7 +262,7 @@ class EtcdMetadataStore(MetadataStore):
 
     async def get(self, path: str) -> Value | None:
         check_path(path)
-        resp = await self._rpc("get", lambda s: s.kv.Range, rpc.RangeRequest(key=self._key(path)))
+        resp = await self._transport.rpc("get", lambda s: s.kv.Range, rpc.RangeRequest(key=self._transport.key(path)))
         if not resp.kvs:
             return None
         kv = resp.kvs[0]
@@ -576,11 +270,11 @@ class EtcdMetadataStore(MetadataStore):
 
     async def get_children(self, path: str) -> list[str]:
         check_path(path, allow_root=True)
-        base = self._root if path == "/" else self._key(path)
+        base = self._transport.root if path == "/" else self._transport.key(path)
         for _attempt in range(3):
             try:
                 return await self._children_once(base)
-            except _CompactedError:
+            except CompactedError:
                 continue  # compacted under a pinned page: list again at the new revision
         raise StoreUnavailableError(f"children of {path} kept being compacted away while listing")
 
@@ -590,8 +284,8 @@ class EtcdMetadataStore(MetadataStore):
         names: set[bytes] = set()
         revision = 0
         while True:
-            req = rpc.RangeRequest(key=start, range_end=end, keys_only=True, limit=_LIST_PAGE, revision=revision)
-            resp = await self._rpc("get_children", lambda s: s.kv.Range, req)
+            req = rpc.RangeRequest(key=start, range_end=end, keys_only=True, limit=LIST_PAGE, revision=revision)
+            resp = await self._transport.rpc("get_children", lambda s: s.kv.Range, req)
             revision = revision or resp.header.revision
             for kv in resp.kvs:
                 name = kv.key[cut:].split(b"/", 1)[0]
@@ -605,26 +299,6 @@ class EtcdMetadataStore(MetadataStore):
             start = base + b"/" + name + b"0" if sep else last + b"\0"
         return sorted(n.decode() for n in names)
 
-    async def _list_prefix(self, key_prefix: bytes) -> tuple[list[Any], int]:
-        """Every key (``keys_only``) under ``key_prefix`` at one revision, and that revision."""
-        for _attempt in range(3):
-            kvs: list[Any] = []
-            start, end, revision = key_prefix, _prefix_end(key_prefix), 0
-            try:
-                while True:
-                    req = rpc.RangeRequest(
-                        key=start, range_end=end, keys_only=True, limit=_LIST_PAGE, revision=revision
-                    )
-                    resp = await self._rpc("list", lambda s: s.kv.Range, req, internal=True)
-                    revision = revision or resp.header.revision
-                    kvs.extend(resp.kvs)
-                    if not resp.more or not resp.kvs:
-                        return kvs, revision
-                    start = resp.kvs[-1].key + b"\0"
-            except _CompactedError:
-                continue
-        raise StoreUnavailableError("listing kept being compacted away")
-
     # ------------------------------------------------------------------ single-key writes (batched)
 
     async def put(
@@ -637,7 +311,7 @@ class EtcdMetadataStore(MetadataStore):
     ) -> Stat:
         check_path(path)
         lease = self._lease_of(session)
-        key = self._key(path)
+        key = self._transport.key(path)
         data = bytes(data)
         read = _read(key)
         if expected_version is None:
@@ -677,7 +351,7 @@ class EtcdMetadataStore(MetadataStore):
 
     async def delete(self, path: str, expected_version: int | None = None) -> None:
         check_path(path)
-        key = self._key(path)
+        key = self._transport.key(path)
         cmp = _cmp_exists(key) if expected_version is None else _cmp_version(key, expected_version)
         nested = rpc.TxnRequest(compare=[cmp], success=[_delete(key)], failure=[_read(key)])
 
@@ -690,7 +364,7 @@ class EtcdMetadataStore(MetadataStore):
     def _lease_of(self, session: Session | None) -> int:
         if session is None:
             return 0
-        if not isinstance(session, EtcdSession) or session._store is not self:
+        if not isinstance(session, EtcdSession) or session.transport is not self._transport:
             raise ValueError("session does not belong to this store")
         if session.closed:
             raise MetadataError(f"session {session.id:x} is closed")
@@ -701,9 +375,9 @@ class EtcdMetadataStore(MetadataStore):
     async def _submit(
         self, path: str, key: bytes, nested: Any, parse: Callable[[Any], Any], size: int, *, alone: bool = False
     ) -> Any:
-        if self._closing:
+        if self._transport.closing:
             raise StoreUnavailableError("metadata store is closed")
-        await self._ensure_connected()
+        await self._transport.ensure_connected()
         loop = asyncio.get_running_loop()
         op = _Op(path, key, rpc.RequestOp(request_txn=nested), parse, loop.create_future(), size, alone)
         self._pending.append(op)
@@ -722,13 +396,14 @@ class EtcdMetadataStore(MetadataStore):
 
     def _schedule_flush(self) -> None:
         if self._flush_handle is None and self._pending and self._inflight < self.max_inflight_batches:
-            assert self._loop is not None
+            loop = self._transport.loop
+            assert loop is not None
             # call_soon: ops issued in the same loop iteration (asyncio.gather) join one batch.
-            self._flush_handle = self._loop.call_soon(self._flush)
+            self._flush_handle = loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_handle = None
-        while self._pending and self._inflight < self.max_inflight_batches and not self._closed:
+        while self._pending and self._inflight < self.max_inflight_batches and not self._transport.closed:
             batch = self._take_batch()
             if not batch:
                 return
@@ -771,7 +446,7 @@ class EtcdMetadataStore(MetadataStore):
         try:
             req = rpc.TxnRequest(success=[op.request for op in batch])
             try:
-                resp = await self._rpc("write", lambda s: s.kv.Txn, req)
+                resp = await self._transport.rpc("write", lambda s: s.kv.Txn, req)
             except MetadataError as e:
                 for op in batch:
                     if not op.future.done():
@@ -800,11 +475,11 @@ class EtcdMetadataStore(MetadataStore):
     async def delete_recursive(self, path: str) -> None:
         check_path(path, allow_root=True)
         if path == "/":
-            ops = [_delete(self._root + b"/", self._root + b"0")]
+            ops = [_delete(self._transport.root + b"/", self._transport.root + b"0")]
         else:
-            key = self._key(path)
+            key = self._transport.key(path)
             ops = [_delete(key), _delete(key + b"/", key + b"0")]
-        await self._rpc("delete_recursive", lambda s: s.kv.Txn, rpc.TxnRequest(success=ops))
+        await self._transport.rpc("delete_recursive", lambda s: s.kv.Txn, rpc.TxnRequest(success=ops))
 
     async def transact(self, ops: list[PutOp | DeleteOp]) -> list[Stat | None]:
         """Apply ``ops`` in one etcd txn, all or nothing; the first failing op's error is raised.
@@ -832,7 +507,7 @@ class EtcdMetadataStore(MetadataStore):
         compare: list[Any] = []
         success: list[Any] = []
         for op in ops:
-            key = self._key(op.path)
+            key = self._transport.key(op.path)
             if isinstance(op, PutOp):
                 data = bytes(op.data)
                 if op.expected_version is None:
@@ -855,9 +530,9 @@ class EtcdMetadataStore(MetadataStore):
                 ev = op.expected_version
                 compare.append(_cmp_exists(key) if ev is None else _cmp_version(key, ev))
                 success.append(_delete(key))
-        failure = [_read(self._key(op.path)) for op in ops]
+        failure = [_read(self._transport.key(op.path)) for op in ops]
         req = rpc.TxnRequest(compare=compare, success=success, failure=failure)
-        resp = await self._rpc("transact", lambda s: s.kv.Txn, req)
+        resp = await self._transport.rpc("transact", lambda s: s.kv.Txn, req)
         if not resp.succeeded:
             for op, r in zip(ops, resp.responses, strict=True):
                 error = _violation(op, _first_kv(r))
@@ -882,10 +557,10 @@ class EtcdMetadataStore(MetadataStore):
 
     async def _transact_simulated(self, ops: list[PutOp | DeleteOp]) -> list[Stat | None]:
         paths = list(dict.fromkeys(op.path for op in ops))
-        keys = [self._key(p) for p in paths]
+        keys = [self._transport.key(p) for p in paths]
         for _attempt in range(10):
             req = rpc.TxnRequest(success=[_read(k) for k in keys])
-            read = await self._rpc("transact read", lambda s: s.kv.Txn, req)
+            read = await self._transport.rpc("transact read", lambda s: s.kv.Txn, req)
             initial: dict[str, _KeyState] = {}
             for p, r in zip(paths, read.responses, strict=True):
                 kv = _first_kv(r)
@@ -933,7 +608,9 @@ class EtcdMetadataStore(MetadataStore):
                     success.append(_put(key, data[p], keep_lease=init.exists))
                 elif init.exists:
                     success.append(_delete(key))
-            resp = await self._rpc("transact", lambda s: s.kv.Txn, rpc.TxnRequest(compare=compare, success=success))
+            resp = await self._transport.rpc(
+                "transact", lambda s: s.kv.Txn, rpc.TxnRequest(compare=compare, success=success)
+            )
             if resp.succeeded:
                 return results
             # A key changed between the read and the commit: read and decide again.
@@ -942,31 +619,32 @@ class EtcdMetadataStore(MetadataStore):
     # ------------------------------------------------------------------ watches and sessions
 
     def watch(self, prefix: str, listener: Listener) -> Callable[[], None]:
-        if self._closed:
+        if self._transport.closed:
             raise StoreUnavailableError("metadata store is closed")
         return self._watch.add(prefix, listener)
 
     async def create_session(self, ttl_seconds: float = 10.0) -> Session:
-        if self._closing:
+        if self._transport.closing:
             raise StoreUnavailableError("metadata store is closed")
         ttl = max(MIN_LEASE_TTL, math.ceil(ttl_seconds))
-        resp = await self._rpc("create session", lambda s: s.lease.LeaseGrant, rpc.LeaseGrantRequest(TTL=ttl))
+        resp = await self._transport.rpc("create session", lambda s: s.lease.LeaseGrant, rpc.LeaseGrantRequest(TTL=ttl))
         if resp.error:
             raise MetadataError(f"etcd refused a lease: {resp.error}")
-        session = EtcdSession(self, resp.ID, int(resp.TTL))
+        session = EtcdSession(self._transport, resp.ID, int(resp.TTL), self._sessions.discard)
         self._sessions.add(session)
-        session._start()
+        session.start()
         return session
 
     async def close(self) -> None:
         """Revoke this store's sessions, fail pending calls, stop watches, close the channel."""
-        if self._closing:
+        transport = self._transport
+        if transport.closing:
             return
-        self._closing = True
+        transport.begin_close()
         sessions = list(self._sessions)
-        if sessions and self._loop is asyncio.get_running_loop():
+        if sessions and transport.loop is asyncio.get_running_loop():
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
-        self._closed = True
+        transport.mark_closed()
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
@@ -980,9 +658,7 @@ class EtcdMetadataStore(MetadataStore):
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.channel.close()
+        await transport.close()
 
 
 __all__ = [

@@ -4,7 +4,7 @@ Each distinct watched prefix is one etcd watch (``start_revision`` = the next re
 seen yet) multiplexed on a single bidirectional stream; the listeners of that prefix share it.
 
 * **Exactly the changes after registration.** :meth:`WatchHub.add` is synchronous, so the etcd
-  watch is created later; it starts at ``store.revision + 1`` (the newest revision this client has
+  watch is created later; it starts at ``transport.revision + 1`` (the newest revision this client has
   observed), and each listener drops events at or below that revision. A change made by this
   client after ``watch()`` returned is therefore always delivered, and nothing older is.
 * **Resume after a disconnect.** When the stream breaks (etcd restart, network), it is reopened
@@ -26,15 +26,13 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from aetcd import rpc
 
 from magnetar.metadata.api import Listener, Notification, NotificationType, invoke_listener
-
-if TYPE_CHECKING:
-    from magnetar.metadata.etcd import EtcdMetadataStore
+from magnetar.metadata.etcd_transport import EtcdTransport, prefix_end
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +62,14 @@ class _PrefixWatch:
 
 
 class WatchHub:
-    """All prefix watches of one store; runs the stream while at least one watch exists."""
+    """All prefix watches of one store; runs the stream while at least one watch exists.
 
-    def __init__(self, store: EtcdMetadataStore) -> None:
-        self._store = store
+    It reaches etcd through the store's ``transport`` and, as its
+    :class:`~magnetar.metadata.etcd_transport.WatchEvents`, hears when that connects or moves.
+    """
+
+    def __init__(self, transport: EtcdTransport) -> None:
+        self._transport = transport
         self._watches: dict[str, _PrefixWatch] = {}
         self._by_id: dict[int, _PrefixWatch] = {}
         self._ids = itertools.count(1)
@@ -87,12 +89,12 @@ class WatchHub:
     def add(self, prefix: str, listener: Listener) -> Callable[[], None]:
         pw = self._watches.get(prefix)
         if pw is None:
-            key = self._store._key_prefix(prefix)
+            key = self._transport.key_prefix(prefix)
             pw = _PrefixWatch(prefix, key)
-            if self._store.revision > 0:
-                pw.next_revision = self._store.revision + 1
+            if self._transport.revision > 0:
+                pw.next_revision = self._transport.revision + 1
             self._watches[prefix] = pw
-        entry = _Listener(listener, self._store.revision)
+        entry = _Listener(listener, self._transport.revision)
         pw.listeners.append(entry)
         self.kick()
 
@@ -115,13 +117,13 @@ class WatchHub:
 
     def kick(self) -> None:
         """Make sure the stream task runs (if there is a loop and something to watch)."""
-        if not self._watches or self._store._closed:
+        if not self._watches or self._transport.closed:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # started by the store's next async call
-        if self._store._loop is not None and loop is not self._store._loop:
+        if self._transport.loop is not None and loop is not self._transport.loop:
             return
         if self._wakeup is None:
             self._wakeup = asyncio.Event()
@@ -162,7 +164,7 @@ class WatchHub:
     async def _run(self) -> None:
         assert self._wakeup is not None and self.enabled is not None
         backoff = 0.05
-        while not self._store._closed:
+        while not self._transport.closed:
             if not self._watches:
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -171,14 +173,14 @@ class WatchHub:
             loop = asyncio.get_running_loop()
             started = loop.time()
             try:
-                await self._store._ensure_connected()
+                await self._transport.ensure_connected()
                 await self._stream_once()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a broken stream is expected while etcd is down
                 log.debug("etcd watch stream ended: %r", e)
                 if isinstance(e, grpc.aio.AioRpcError):
-                    self._store._rotate(e)
+                    self._transport.rotate(e)
             finally:
                 if loop.time() - started > 1.0:
                     backoff = 0.05  # the stream worked for a while: reconnect promptly
@@ -187,7 +189,7 @@ class WatchHub:
                 self._by_id.clear()
                 for pw in self._watches.values():
                     pw.watch_id = None
-            if self._store._closed:
+            if self._transport.closed:
                 return
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
@@ -203,7 +205,7 @@ class WatchHub:
                     return
                 yield req
 
-        stub = self._store._stubs().watch
+        stub = self._transport.stubs().watch
         call = stub.Watch(request_iter())
         self._call = call
         self.streams_opened += 1
@@ -250,12 +252,12 @@ class WatchHub:
         self._create_server_watch(pw)
 
     async def _list_initial(self, pw: _PrefixWatch) -> None:
-        kvs, revision = await self._store._list_prefix(pw.key)
+        kvs, revision = await self._transport.list_prefix(pw.key)
         if pw.next_revision is None:
             pw.next_revision = revision + 1
         # The listing is at ``revision`` >= next_revision - 1; the events replayed from
         # next_revision on bring the map to the same state, in order.
-        pw.keys = {self._store._path_of(kv.key): kv.create_revision for kv in kvs}
+        pw.keys = {self._transport.path_of(kv.key): kv.create_revision for kv in kvs}
 
     def _create_server_watch(self, pw: _PrefixWatch) -> None:
         if self._requests is None or self._watches.get(pw.prefix) is not pw or pw.watch_id is not None:
@@ -266,7 +268,7 @@ class WatchHub:
         self._by_id[wid] = pw
         create = rpc.WatchCreateRequest(
             key=pw.key,
-            range_end=_prefix_end(pw.key),
+            range_end=prefix_end(pw.key),
             start_revision=pw.next_revision,
             progress_notify=True,
             watch_id=wid,
@@ -284,7 +286,7 @@ class WatchHub:
             self._requests.put_nowait(rpc.WatchRequest(cancel_request=cancel))
 
     def _handle(self, resp: Any) -> None:
-        self._store._observe(resp.header.revision)
+        self._transport.observe(resp.header.revision)
         pw = self._by_id.get(resp.watch_id)
         if pw is None or pw.watch_id != resp.watch_id:
             return  # a cancelled watch's leftovers
@@ -311,7 +313,7 @@ class WatchHub:
             rev = kv.mod_revision
             if rev < pw.next_revision:
                 continue
-            path = self._store._path_of(kv.key)
+            path = self._transport.path_of(kv.key)
             if ev.type == _PUT:
                 kind = NotificationType.CREATED if kv.version == 1 else NotificationType.MODIFIED
                 if pw.keys is not None:
@@ -327,13 +329,13 @@ class WatchHub:
     async def _resync(self, pw: _PrefixWatch) -> None:
         """Re-list after a compaction and synthesise what the missed history would have said."""
         self.resyncs += 1
-        kvs, revision = await self._store._list_prefix(pw.key)
+        kvs, revision = await self._transport.list_prefix(pw.key)
         assert pw.next_revision is not None
         old = pw.keys or {}
         new: dict[str, int] = {}
         notes: list[Notification] = []
         for kv in kvs:
-            path = self._store._path_of(kv.key)
+            path = self._transport.path_of(kv.key)
             new[path] = kv.create_revision
             before = old.get(path)
             if before is None:
@@ -358,13 +360,3 @@ class WatchHub:
         for entry in list(pw.listeners):
             if revision > entry.min_revision:
                 invoke_listener(entry.listener, note, self._tasks)
-
-
-def _prefix_end(prefix: bytes) -> bytes:
-    """The ``range_end`` that makes ``[prefix, end)`` cover every key starting with ``prefix``."""
-    s = bytearray(prefix)
-    for i in reversed(range(len(s))):
-        if s[i] < 0xFF:
-            s[i] += 1
-            return bytes(s[: i + 1])
-    return b"\0"  # all keys

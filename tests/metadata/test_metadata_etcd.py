@@ -497,7 +497,7 @@ async def test_session_keepalive_and_expiry(etcd_store: EtcdMetadataStore) -> No
     await asyncio.sleep(3)
     assert sess.keepalives >= 2 and await s.exists("/e/k")
     # lease revoked behind the session's back (e.g. it expired during a long pause)
-    await s._rpc("revoke", lambda st: st.lease.LeaseRevoke, rpc.LeaseRevokeRequest(ID=sess.id))
+    await s._transport.rpc("revoke", lambda st: st.lease.LeaseRevoke, rpc.LeaseRevokeRequest(ID=sess.id))
     await eventually(lambda: sess.expired, within=5)
     with pytest.raises(MetadataError):
         await s.put("/e/k2", b"", session=sess)
@@ -505,7 +505,7 @@ async def test_session_keepalive_and_expiry(etcd_store: EtcdMetadataStore) -> No
     assert not await s.exists("/e/k")
     # a write with a lease etcd no longer has fails alone and marks the session expired
     sess2 = await s.create_session(30)
-    await s._rpc("revoke", lambda st: st.lease.LeaseRevoke, rpc.LeaseRevokeRequest(ID=sess2.id))
+    await s._transport.rpc("revoke", lambda st: st.lease.LeaseRevoke, rpc.LeaseRevokeRequest(ID=sess2.id))
     results = await asyncio.gather(s.put("/e/a", b""), s.put("/e/b", b"", session=sess2), return_exceptions=True)
     assert results[0].version == 0 and isinstance(results[1], SessionExpiredError)  # type: ignore[union-attr]
     assert sess2.expired  # type: ignore[attr-defined]
