@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from magnetar.managed_ledger.api import (
     EARLIEST,
@@ -25,12 +25,9 @@ from magnetar.managed_ledger.api import (
     ManagedLedgerFencedError,
     Position,
 )
-from magnetar.managed_ledger.metadata import CursorInfo, cursor_path
+from magnetar.managed_ledger.metadata import CursorInfo
 from magnetar.managed_ledger.range_set import RangeSet
-from magnetar.metadata.api import NOT_EXISTS, BadVersionError, MetadataError
-
-if TYPE_CHECKING:
-    from magnetar.managed_ledger.ledger import ManagedLedgerImpl
+from magnetar.metadata.api import NOT_EXISTS, MetadataError
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +36,74 @@ log = logging.getLogger(__name__)
 MAX_PERSISTED_RANGES = 10_000
 
 
+class CursorLedger(Protocol):
+    """The managed ledger as its cursors see it (what :class:`ManagedCursorImpl` may call)."""
+
+    name: str
+
+    @property
+    def last_confirmed_entry(self) -> Position: ...
+
+    @property
+    def first_position(self) -> Position: ...
+
+    @property
+    def fenced(self) -> bool: ...
+
+    def next_position(self, position: Position) -> Position: ...
+
+    def previous_position(self, position: Position) -> Position: ...
+
+    def normalize_position(self, position: Position) -> Position:
+        """The first stored (or next-to-be-written) position at or after ``position``."""
+
+    def entries_between(self, start: Position, end: Position) -> int: ...
+
+    def entries_in_ledger(self, ledger_id: int) -> int:
+        """Entries of a ledger in the list (0 for one not in it)."""
+
+    def is_stored(self, position: Position) -> bool: ...
+
+    async def read_runs(self, runs: list[tuple[int, int, int]]) -> list[Entry]:
+        """Read ``(ledger, first, last)`` runs in order."""
+
+    def wait_for_entries(self, cursor: ManagedCursorImpl) -> None:
+        """Call ``cursor.wake()`` once after the next add."""
+
+    def stop_waiting(self, cursor: ManagedCursorImpl) -> None: ...
+
+    def on_mark_delete_moved(self, cursor: ManagedCursorImpl) -> None:
+        """A durable cursor's mark-delete advanced (a ledger may have become trimmable)."""
+
+    def on_cursor_closed(self, cursor: ManagedCursorImpl) -> None:
+        """A non-durable cursor closed itself."""
+
+    def cursor_dirty(self, cursor: ManagedCursorImpl) -> None:
+        """A durable cursor has state to persist: schedule its flush."""
+
+    async def store_cursor_state(
+        self, cursor: str, data: bytes, version: int, *, wanted: Callable[[], bool] | None = None
+    ) -> int | None:
+        """CAS-write a cursor's stored state (:data:`NOT_EXISTS`: create); the new version."""
+
+    async def delete_cursor_state(self, cursor: str, version: int) -> None: ...
+
+
 class ManagedCursorImpl(ManagedCursor):
-    """:class:`ManagedCursor` of a :class:`~magnetar.managed_ledger.ledger.ManagedLedgerImpl`."""
+    """:class:`ManagedCursor` of a :class:`~magnetar.managed_ledger.ledger.ManagedLedgerImpl`.
+
+    It reaches its ledger only through :class:`CursorLedger`. Methods without a docstring in
+    :class:`ManagedCursor` (``create``, ``close_now``, ``wake``...) are for the ledger.
+    """
 
     def __init__(
         self,
-        ledger: ManagedLedgerImpl,
+        ledger: CursorLedger,
         name: str,
         *,
         durable: bool,
         mark_delete: Position,
+        read_position: Position | None = None,
         properties: dict[str, str] | None = None,
         version: int = NOT_EXISTS,
         last_active_ms: int = 0,
@@ -57,7 +112,7 @@ class ManagedCursorImpl(ManagedCursor):
         self.name = name
         self.durable = durable
         self._md = mark_delete
-        self._read = ledger.next_position(mark_delete)
+        self._read = read_position if read_position is not None else ledger.next_position(mark_delete)
         self._acked = RangeSet()
         #: Batch-index acknowledgements of partly acked entries (bit set = message not yet acked).
         self._batch: dict[Position, list[int]] = {}
@@ -71,7 +126,24 @@ class ManagedCursorImpl(ManagedCursor):
         self._read_gen = 0  # bumped by seek/rewind/reset so an in-flight read does not undo them
         self._waiter: asyncio.Future[None] | None = None
         self._persist_lock = asyncio.Lock()
-        self._path = cursor_path(ledger.name, name) if durable else ""
+
+    @classmethod
+    def recovered(
+        cls, ledger: CursorLedger, name: str, info: CursorInfo, mark_delete: Position, version: int
+    ) -> ManagedCursorImpl:
+        """A durable cursor restored from its stored ``info`` (its mark-delete moved to ``mark_delete``)."""
+        cursor = cls(
+            ledger,
+            name,
+            durable=True,
+            mark_delete=mark_delete,
+            properties=info.properties,
+            version=version,
+            last_active_ms=info.last_active_ms,
+        )
+        cursor._restore_acks(info.individually_deleted)
+        cursor._restore_batch(info.batch_indexes)
+        return cursor
 
     # ------------------------------------------------------------------ state
 
@@ -81,7 +153,7 @@ class ManagedCursorImpl(ManagedCursor):
 
     @property
     def read_position(self) -> Position:
-        return self._ml._normalize(self._read)
+        return self._ml.normalize_position(self._read)
 
     @property
     def properties(self) -> dict[str, str]:
@@ -97,6 +169,11 @@ class ManagedCursorImpl(ManagedCursor):
         """Whether this instance was closed."""
         return self._closed
 
+    @property
+    def ledger_name(self) -> str:
+        """Name of the managed ledger this cursor belongs to."""
+        return self._ml.name
+
     def _check_open(self) -> None:
         if self._closed:
             raise ManagedLedgerClosedError(f"cursor {self.name} of {self._ml.name} is closed")
@@ -111,7 +188,7 @@ class ManagedCursorImpl(ManagedCursor):
     def _next_unacked(self, pos: Position) -> Position:
         """``pos`` normalised and moved past acknowledged positions."""
         ml = self._ml
-        pos = ml._normalize(pos)
+        pos = ml.normalize_position(pos)
         if pos <= self._md:
             pos = ml.next_position(self._md)
         acked = self._acked
@@ -123,23 +200,21 @@ class ManagedCursorImpl(ManagedCursor):
         return pos
 
     def has_more_entries(self) -> bool:
-        return self._next_unacked(self._read) <= self._ml._last_confirmed
+        return self._next_unacked(self._read) <= self._ml.last_confirmed_entry
 
     # ------------------------------------------------------------------ reads
 
     def _plan(self, max_entries: int) -> tuple[list[tuple[int, int, int]], Position]:
         """Runs ``(ledger, first, last)`` of unacked entries to read, and the position after them."""
         ml = self._ml
-        lac = ml._last_confirmed
-        ledgers = ml._ledgers
+        lac = ml.last_confirmed_entry
         acked = self._acked
         pos = self._next_unacked(self._read)
         runs: list[tuple[int, int, int]] = []
         budget = max_entries
         while budget > 0 and pos <= lac:
             lid, eid = pos
-            li = ledgers.get(lid)
-            last = -1 if li is None else min(li.entries - 1, eid + budget - 1)
+            last = min(ml.entries_in_ledger(lid) - 1, eid + budget - 1)
             if lid == lac.ledger_id:
                 last = min(last, lac.entry_id)
             if last < eid:  # cannot happen for a normalised position; never spin on it
@@ -166,7 +241,7 @@ class ManagedCursorImpl(ManagedCursor):
         self._read = after
         self._active = True
         try:
-            return await self._ml._read_runs(runs)
+            return await self._ml.read_runs(runs)
         except BaseException:
             if gen == self._read_gen:
                 self._read = before
@@ -181,16 +256,17 @@ class ManagedCursorImpl(ManagedCursor):
                     return entries
                 if self.has_more_entries():
                     continue
-            fut: asyncio.Future[None] = self._ml._loop.create_future()
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiter = fut
-            self._ml._waiting.add(self)
+            self._ml.wait_for_entries(self)
             try:
                 await fut
             finally:
                 self._waiter = None
-                self._ml._waiting.discard(self)
+                self._ml.stop_waiting(self)
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """New entries were added: end a pending :meth:`read_entries_or_wait` wait."""
         fut = self._waiter
         if fut is not None and not fut.done():
             fut.set_result(None)
@@ -198,7 +274,7 @@ class ManagedCursorImpl(ManagedCursor):
     async def replay_entries(self, positions: Iterable[Position]) -> list[Entry]:
         self._check_open()
         ml = self._ml
-        wanted = sorted({p for p in positions if not self.is_acked(p) and ml._is_stored(p)})
+        wanted = sorted({p for p in positions if not self.is_acked(p) and ml.is_stored(p)})
         runs: list[tuple[int, int, int]] = []
         for lid, eid in wanted:
             if runs and runs[-1][0] == lid and runs[-1][2] == eid - 1:
@@ -206,14 +282,14 @@ class ManagedCursorImpl(ManagedCursor):
             else:
                 runs.append((lid, eid, eid))
         self._active = True
-        return await ml._read_runs(runs)
+        return await ml.read_runs(runs)
 
     # ------------------------------------------------------------------ acknowledgements
 
     def delete(self, positions: Iterable[Position]) -> None:
         self._check_open()
         ml = self._ml
-        lac = ml._last_confirmed
+        lac = ml.last_confirmed_entry
         md = self._md
         acked = self._acked
         old = md
@@ -252,11 +328,11 @@ class ManagedCursorImpl(ManagedCursor):
             self._read = self._ml.next_position(md)
         self._mark_dirty()
         if self.durable:
-            self._ml._mark_delete_moved(self)
+            self._ml.on_mark_delete_moved(self)
 
     def mark_delete(self, position: Position) -> None:
         self._check_open()
-        lac = self._ml._last_confirmed
+        lac = self._ml.last_confirmed_entry
         if position > lac:
             position = lac
         if position <= self._md:
@@ -271,7 +347,7 @@ class ManagedCursorImpl(ManagedCursor):
     def backlog_entries(self) -> int:
         ml = self._ml
         md = self._md
-        return ml.entries_between(Position(md.ledger_id, md.entry_id + 1), ml._last_confirmed) - self._acked.count
+        return ml.entries_between(Position(md.ledger_id, md.entry_id + 1), ml.last_confirmed_entry) - self._acked.count
 
     # ------------------------------------------------------------------ moving the read position
 
@@ -279,7 +355,7 @@ class ManagedCursorImpl(ManagedCursor):
         self._check_open()
         self._read = self._ml.next_position(self._md)
         self._read_gen += 1
-        self._wake()
+        self.wake()
 
     def seek(self, read_position: Position) -> None:
         self._check_open()
@@ -287,21 +363,21 @@ class ManagedCursorImpl(ManagedCursor):
         if read_position == EARLIEST:
             read_position = ml.first_position
         elif read_position == LATEST:
-            read_position = ml.next_position(ml._last_confirmed)
+            read_position = ml.next_position(ml.last_confirmed_entry)
         self._read = read_position
         self._read_gen += 1
-        self._wake()
+        self.wake()
 
     async def reset(self, position: Position) -> None:
         self._check_open()
         ml = self._ml
-        end = ml.next_position(ml._last_confirmed)
+        end = ml.next_position(ml.last_confirmed_entry)
         if position == LATEST or position > end:
             position = end
         first = ml.first_position
         if position == EARLIEST or position < first:
             position = first
-        position = ml._normalize(position)
+        position = ml.normalize_position(position)
         self._md = ml.previous_position(position)
         self._acked.clear()
         self._batch.clear()
@@ -311,9 +387,9 @@ class ManagedCursorImpl(ManagedCursor):
         self._mark_dirty()
         if self.durable:
             await self.flush()
-        self._wake()
+        self.wake()
 
-    def _ledgers_trimmed_before(self, first_ledger: int) -> None:
+    def ledgers_trimmed_before(self, first_ledger: int) -> None:
         """Ledgers before ``first_ledger`` were deleted: move positions inside them forward."""
         if self._md.ledger_id < first_ledger:
             self._md = Position(first_ledger, -1)
@@ -342,7 +418,7 @@ class ManagedCursorImpl(ManagedCursor):
     def _mark_dirty(self) -> None:
         if not self._dirty and self.durable and not self._deleted:
             self._dirty = True
-            self._ml._factory._cursor_dirty(self)
+            self._ml.cursor_dirty(self)
 
     def acked_ranges(self) -> list[tuple[Position, Position]]:
         return list(self._acked)
@@ -380,24 +456,16 @@ class ManagedCursorImpl(ManagedCursor):
         batches = [[p.ledger_id, p.entry_id, *words] for p, words in self._batch.items()]
         return CursorInfo(self._md, ranges, dict(self._props), self._last_active_ms, batches)
 
-    async def _create(self) -> None:
+    async def create(self) -> None:
         """Store a new durable cursor (must not exist yet)."""
         ml = self._ml
         data = self._info().serialize()
         try:
-            stat = await ml._io(ml._store.put(self._path, data, NOT_EXISTS), "create cursor")
-        except BadVersionError:
-            if not await ml._still_owner():
-                ml._set_fenced("a cursor was created by another owner")
-                raise ManagedLedgerFencedError(f"{ml.name} is fenced: another owner opened it") from None
-            # Left over by a crashed delete; we own the ledger, so ours replaces it.
-            cur = await ml._io(ml._store.get(self._path), "read cursor")
-            stat = await ml._io(
-                ml._store.put(self._path, data, cur.stat.version if cur else NOT_EXISTS), "create cursor"
-            )
+            version = await ml.store_cursor_state(self.name, data, NOT_EXISTS)
         except MetadataError as e:
             raise ManagedLedgerError(f"{ml.name}: cannot create cursor {self.name}: {e}") from e
-        self._version = stat.version
+        assert version is not None
+        self._version = version
 
     async def _persist(self) -> None:
         """Write the cursor's state if it changed since the last write."""
@@ -412,25 +480,15 @@ class ManagedCursorImpl(ManagedCursor):
             self._dirty = False
             data = self._info().serialize()
             try:
-                try:
-                    stat = await ml._io(ml._store.put(self._path, data, self._version), "persist cursor")
-                except BadVersionError:
-                    if not await ml._still_owner():
-                        ml._set_fenced(f"cursor {self.name} was updated by another owner")
-                        raise ManagedLedgerFencedError(f"{ml.name} is fenced: another owner opened it") from None
-                    if self._deleted:
-                        return
-                    # Still the owner (e.g. a late write of a previous owner): ours wins.
-                    cur = await ml._io(ml._store.get(self._path), "read cursor")
-                    version = cur.stat.version if cur is not None else NOT_EXISTS
-                    stat = await ml._io(ml._store.put(self._path, data, version), "persist cursor")
+                version = await ml.store_cursor_state(self.name, data, self._version, wanted=lambda: not self._deleted)
             except ManagedLedgerFencedError:
                 raise
             except (MetadataError, ManagedLedgerError) as e:
                 if not self._deleted and not self._closed:
                     self._mark_dirty_after_failure()
                 raise ManagedLedgerError(f"{ml.name}: cannot persist cursor {self.name}: {e}") from e
-            self._version = stat.version
+            if version is not None:  # None: deleted meanwhile
+                self._version = version
 
     def _mark_dirty_after_failure(self) -> None:
         self._dirty = False
@@ -442,7 +500,7 @@ class ManagedCursorImpl(ManagedCursor):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _close_now(self) -> None:
+    def close_now(self) -> None:
         """Stop this instance without flushing."""
         if self._closed:
             return
@@ -452,7 +510,7 @@ class ManagedCursorImpl(ManagedCursor):
             fut.set_exception(ManagedLedgerClosedError(f"cursor {self.name} is closed"))
             fut.exception()
         if not self.durable:
-            self._ml._cursor_removed(self)
+            self._ml.on_cursor_closed(self)
 
     async def close(self) -> None:
         if self._closed:
@@ -461,9 +519,17 @@ class ManagedCursorImpl(ManagedCursor):
             if self.durable:
                 await self._persist()
         finally:
-            self._close_now()
+            self.close_now()
 
-    def _reopened(self) -> ManagedCursorImpl:
+    async def remove(self) -> None:
+        """Close this instance for good and delete its stored state (``delete_cursor``)."""
+        self._deleted = True
+        self.close_now()
+        if self.durable:
+            async with self._persist_lock:  # an in-flight flush must not re-create it afterwards
+                await self._ml.delete_cursor_state(self.name, self._version)
+
+    def reopened(self) -> ManagedCursorImpl:
         """A fresh instance carrying this closed durable cursor's state (``open_cursor`` again)."""
         c = ManagedCursorImpl(
             self._ml,
@@ -475,7 +541,6 @@ class ManagedCursorImpl(ManagedCursor):
             last_active_ms=self._last_active_ms,
         )
         c._acked = self._acked
-        c._read = self._ml.next_position(self._md)
         if self._dirty:  # the new instance takes over the pending write
             self._dirty = False
             c._mark_dirty()

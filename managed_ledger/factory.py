@@ -81,7 +81,7 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
             return ml
         if ml is not None:  # fenced or closing: drop it and take the ledger over again
             self._ledgers.pop(name, None)
-            await ml._shutdown(seal=False)
+            await ml.shutdown(seal=False)
         pending = self._opening.get(name)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -90,9 +90,9 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         try:
             ml = ManagedLedgerImpl(self, name, config or self.default_config)
             try:
-                await ml._initialize()
+                await ml.initialize()
             except BaseException:
-                await ml._shutdown(seal=False)
+                await ml.shutdown(seal=False)
                 raise
             self._ledgers[name] = ml
             fut.set_result(ml)
@@ -142,17 +142,18 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         for task in list(self._tasks):
             task.cancel()
 
-    def _forget(self, ml: ManagedLedgerImpl) -> None:
+    def forget(self, ml: ManagedLedgerImpl) -> None:
+        """``ml`` closed or was deleted: stop listing it."""
         if self._ledgers.get(ml.name) is ml:
             del self._ledgers[ml.name]
 
     # ------------------------------------------------------------------ cursor group flush
 
-    def _cursor_dirty(self, cursor: ManagedCursorImpl) -> None:
-        """Queue a durable cursor for the next group flush."""
+    def schedule_cursor_flush(self, cursor: ManagedCursorImpl, within_seconds: float) -> None:
+        """Queue a durable cursor for a group flush at most ``within_seconds`` from now."""
         self._dirty.add(cursor)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + cursor._ml.config.cursor_flush_interval_seconds
+        deadline = loop.time() + within_seconds
         if self._flush_timer is None or deadline < self._flush_deadline:
             if self._flush_timer is not None:
                 self._flush_timer.cancel()
@@ -171,9 +172,9 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
 
     async def _flush(self, cursors: set[ManagedCursorImpl]) -> None:
         # All writes are issued at once so the metadata store commits them together.
-        results = await asyncio.gather(*(c._persist() for c in cursors), return_exceptions=True)
+        results = await asyncio.gather(*(c.flush() for c in cursors), return_exceptions=True)
         for cursor, r in zip(cursors, results, strict=True):
             if isinstance(r, ManagedLedgerFencedError):
-                log.debug("not flushing cursor %s of fenced %s", cursor.name, cursor._ml.name)
+                log.debug("not flushing cursor %s of fenced %s", cursor.name, cursor.ledger_name)
             elif isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-                log.warning("flushing cursor %s of %s failed: %s", cursor.name, cursor._ml.name, r)
+                log.warning("flushing cursor %s of %s failed: %s", cursor.name, cursor.ledger_name, r)

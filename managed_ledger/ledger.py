@@ -168,7 +168,7 @@ class ManagedLedgerImpl(ManagedLedger):
 
     @property
     def first_position(self) -> Position:
-        return self._normalize(Position(-1, 0))
+        return self.normalize_position(Position(-1, 0))
 
     @property
     def number_of_entries(self) -> int:
@@ -211,7 +211,8 @@ class ManagedLedgerImpl(ManagedLedger):
             for lid, li in ((lid, self._ledgers[lid]) for lid in self._ledger_ids)
         ]
 
-    async def _initialize(self) -> None:
+    async def initialize(self) -> None:
+        """Open (or take over) the managed ledger: recover its ledgers and cursors (factory use)."""
         value = await self._io(self._store.get(self._path), "read managed ledger info")
         if value is None:
             info = ManagedLedgerInfo()
@@ -281,18 +282,7 @@ class ManagedLedgerImpl(ManagedLedger):
                 md = Position(first.ledger_id, -1)
             if md > self._last_confirmed:
                 md = self._last_confirmed
-            cursor = ManagedCursorImpl(
-                self,
-                name,
-                durable=True,
-                mark_delete=md,
-                properties=info.properties,
-                version=value.stat.version,
-                last_active_ms=info.last_active_ms,
-            )
-            cursor._restore_acks(info.individually_deleted)
-            cursor._restore_batch(info.batch_indexes)
-            self._cursors[name] = cursor
+            self._cursors[name] = ManagedCursorImpl.recovered(self, name, info, md, value.stat.version)
 
     async def _create_ledger(self) -> None:
         """Create the next ledger and record it in the list (caller holds the metadata lock)."""
@@ -336,10 +326,12 @@ class ManagedLedgerImpl(ManagedLedger):
             raise ManagedLedgerFencedError(f"{self.name}: another owner updated the ledger list") from None
         self._info_version = stat.version
 
-    async def _still_owner(self) -> bool:
-        """Whether the stored ledger list is still the version this instance wrote last."""
+    async def _check_still_owner(self, why: str) -> None:
+        """Fence this instance (and raise) unless the stored ledger list is still the version it wrote last."""
         value = await self._io(self._store.get(self._path), "read managed ledger info")
-        return value is not None and value.stat.version == self._info_version
+        if value is None or value.stat.version != self._info_version:
+            self._set_fenced(why)
+            raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it") from None
 
     # ------------------------------------------------------------------ writes
 
@@ -422,7 +414,7 @@ class ManagedLedgerImpl(ManagedLedger):
     def _notify_waiting(self) -> None:
         waiting, self._waiting = self._waiting, set()
         for cursor in waiting:
-            cursor._wake()
+            cursor.wake()
 
     def _pump(self) -> None:
         """Issue queued adds in order, or reopen the direct path when nothing is queued."""
@@ -563,7 +555,7 @@ class ManagedLedgerImpl(ManagedLedger):
 
     # ------------------------------------------------------------------ positions
 
-    def _normalize(self, pos: Position) -> Position:
+    def normalize_position(self, pos: Position) -> Position:
         """The first stored (or next-to-be-written) position at or after ``pos``."""
         ids = self._ledger_ids
         lid, eid = pos
@@ -589,7 +581,7 @@ class ManagedLedgerImpl(ManagedLedger):
         li = self._ledgers.get(lid)
         if li is not None and (eid + 1 < li.entries or li is self._current):
             return Position(lid, eid + 1)
-        return self._normalize(Position(lid, eid + 1))
+        return self.normalize_position(Position(lid, eid + 1))
 
     def previous_position(self, position: Position) -> Position:
         lid, eid = position
@@ -620,7 +612,8 @@ class ManagedLedgerImpl(ManagedLedger):
             i += 1
         return total
 
-    def _is_stored(self, pos: Position) -> bool:
+    def is_stored(self, pos: Position) -> bool:
+        """Whether ``pos`` is an entry of a ledger in the list."""
         li = self._ledgers.get(pos.ledger_id)
         return li is not None and 0 <= pos.entry_id < li.entries
 
@@ -628,14 +621,14 @@ class ManagedLedgerImpl(ManagedLedger):
 
     async def read_entry(self, position: Position) -> Entry:
         self._check_open()
-        if not self._is_stored(position):
+        if not self.is_stored(position):
             raise ManagedLedgerError(f"{self.name}: no entry at {position} (not written or trimmed)")
-        entries = await self._read_runs([(position.ledger_id, position.entry_id, position.entry_id)])
+        entries = await self.read_runs([(position.ledger_id, position.entry_id, position.entry_id)])
         if not entries:
             raise ManagedLedgerError(f"{self.name}: entry {position} could not be read")
         return entries[0]
 
-    async def _read_runs(self, runs: list[tuple[int, int, int]]) -> list[Entry]:
+    async def read_runs(self, runs: list[tuple[int, int, int]]) -> list[Entry]:
         """Read ``(ledger, first, last)`` runs in order, from the cache where possible."""
         out: list[Entry] = []
         cache_get = self._cache.get
@@ -689,9 +682,9 @@ class ManagedLedgerImpl(ManagedLedger):
         """Smallest read position of open cursors (cache eviction); ``None`` with no open cursors."""
         slowest: Position | None = None
         for c in self._cursors.values():
-            if c._closed:
+            if c.closed:
                 continue
-            p = c._read
+            p = c.read_position
             if slowest is None or p < slowest:
                 slowest = p
         return slowest
@@ -700,7 +693,7 @@ class ManagedLedgerImpl(ManagedLedger):
         self, predicate: Callable[[Entry], bool | Awaitable[bool]], start: Position | None = None
     ) -> Position | None:
         self._check_open()
-        first = self._normalize(start) if start is not None and start != EARLIEST else self.first_position
+        first = self.normalize_position(start) if start is not None and start != EARLIEST else self.first_position
         last = self._last_confirmed
         # Index the stored entries from ``first`` to ``last`` as 0..n-1 across ledgers.
         spans: list[tuple[int, int, int]] = []  # (ledger, first entry, count)
@@ -754,8 +747,8 @@ class ManagedLedgerImpl(ManagedLedger):
         if existing is not None:
             if not existing.durable:
                 raise ManagedLedgerError(f"{self.name}: {name} is a non-durable cursor")
-            if existing._closed:
-                existing = existing._reopened()
+            if existing.closed:
+                existing = existing.reopened()
                 self._cursors[name] = existing
             return existing
         pending = self._opening_cursors.get(name)
@@ -769,7 +762,7 @@ class ManagedLedgerImpl(ManagedLedger):
             else:
                 md = self._last_confirmed
             cursor = ManagedCursorImpl(self, name, durable=True, mark_delete=md, properties=properties)
-            await cursor._create()
+            await cursor.create()
             self._cursors[name] = cursor
             fut.set_result(cursor)
             return cursor
@@ -786,7 +779,7 @@ class ManagedLedgerImpl(ManagedLedger):
         if existing is not None:
             if existing.durable:
                 raise ManagedLedgerError(f"{self.name}: {name} is a durable cursor")
-            existing._close_now()
+            existing.close_now()
         if start == EARLIEST:
             read = self.first_position
         elif start == LATEST:
@@ -795,8 +788,9 @@ class ManagedLedgerImpl(ManagedLedger):
             read = start if inclusive else self.next_position(start)
             if read < self.first_position:
                 read = self.first_position
-        cursor = ManagedCursorImpl(self, name, durable=False, mark_delete=self.previous_position(read))
-        cursor._read = read
+        cursor = ManagedCursorImpl(
+            self, name, durable=False, mark_delete=self.previous_position(read), read_position=read
+        )
         self._cursors[name] = cursor
         return cursor
 
@@ -805,42 +799,78 @@ class ManagedLedgerImpl(ManagedLedger):
         cursor = self._cursors.pop(name, None)
         if cursor is None:
             raise CursorNotFoundError(f"{self.name}: no cursor {name!r}")
-        cursor._deleted = True
-        cursor._close_now()
-        if cursor.durable:
-            path = cursor_path(self.name, name)
-            async with cursor._persist_lock:  # an in-flight flush must not re-create it afterwards
-                await self._delete_cursor_node(cursor, path)
+        await cursor.remove()
         self._schedule_trim(0.0)
 
-    async def _delete_cursor_node(self, cursor: ManagedCursorImpl, path: str) -> None:
-        """CAS-delete a cursor's node; a version conflict is ours to override only while we own the ledger."""
-        try:
-            try:
-                await self._io(self._store.delete(path, cursor._version), "delete cursor")
-            except BadVersionError:
-                if not await self._still_owner():
-                    self._set_fenced(f"cursor {cursor.name} was updated by another owner")
-                    raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it") from None
-                await self._io(self._store.delete(path), "delete cursor")
-        except NotFoundError:
-            pass
-        except MetadataError as e:
-            raise ManagedLedgerError(f"{self.name}: cannot delete cursor {cursor.name}: {e}") from e
+    # ------------------------------------------------------------------ seam with the cursors (CursorLedger)
 
-    def _cursor_removed(self, cursor: ManagedCursorImpl) -> None:
+    def entries_in_ledger(self, ledger_id: int) -> int:
+        """Entries of a ledger in the list (0 for one not in it)."""
+        li = self._ledgers.get(ledger_id)
+        return 0 if li is None else li.entries
+
+    def wait_for_entries(self, cursor: ManagedCursorImpl) -> None:
+        """Call ``cursor.wake()`` once after the next add."""
+        self._waiting.add(cursor)
+
+    def stop_waiting(self, cursor: ManagedCursorImpl) -> None:
+        """Forget a :meth:`wait_for_entries` registration."""
+        self._waiting.discard(cursor)
+
+    def on_cursor_closed(self, cursor: ManagedCursorImpl) -> None:
         """A non-durable cursor closed itself."""
         if self._cursors.get(cursor.name) is cursor:
             del self._cursors[cursor.name]
         self._waiting.discard(cursor)
 
-    def _mark_delete_moved(self, cursor: ManagedCursorImpl) -> None:
+    def on_mark_delete_moved(self, cursor: ManagedCursorImpl) -> None:
         """Called when a durable cursor's mark-delete advanced: maybe a ledger became trimmable."""
         ids = self._ledger_ids
         if len(ids) > 1 and self._trim_timer is None:
             first = self._ledgers[ids[0]]
-            if cursor._md >= Position(first.ledger_id, first.entries - 1):
+            if cursor.mark_delete_position >= Position(first.ledger_id, first.entries - 1):
                 self._schedule_trim(self._factory.trim_delay_seconds)
+
+    def cursor_dirty(self, cursor: ManagedCursorImpl) -> None:
+        """A durable cursor has state to persist: the factory flushes it with others."""
+        self._factory.schedule_cursor_flush(cursor, self._config.cursor_flush_interval_seconds)
+
+    async def store_cursor_state(
+        self, cursor: str, data: bytes, version: int, *, wanted: Callable[[], bool] | None = None
+    ) -> int | None:
+        """CAS-write a durable cursor's stored state (:data:`NOT_EXISTS`: create it); its new version.
+
+        A version conflict is ours to override only while we own the ledger (it is then e.g. a
+        late write of a previous owner, or a node left by a crashed delete); otherwise the ledger
+        is fenced. ``None`` when, after a conflict, ``wanted()`` says the write is no longer wanted.
+        """
+        path = cursor_path(self.name, cursor)
+        create = version == NOT_EXISTS
+        what = "create cursor" if create else "persist cursor"
+        try:
+            stat = await self._io(self._store.put(path, data, version), what)
+        except BadVersionError:
+            why = "a cursor was created by another owner" if create else f"cursor {cursor} was updated by another owner"
+            await self._check_still_owner(why)
+            if wanted is not None and not wanted():
+                return None
+            cur = await self._io(self._store.get(path), "read cursor")
+            stat = await self._io(self._store.put(path, data, cur.stat.version if cur else NOT_EXISTS), what)
+        return stat.version
+
+    async def delete_cursor_state(self, cursor: str, version: int) -> None:
+        """CAS-delete a cursor's node; a version conflict is overridden only while we own the ledger."""
+        path = cursor_path(self.name, cursor)
+        try:
+            try:
+                await self._io(self._store.delete(path, version), "delete cursor")
+            except BadVersionError:
+                await self._check_still_owner(f"cursor {cursor} was updated by another owner")
+                await self._io(self._store.delete(path), "delete cursor")
+        except NotFoundError:
+            pass
+        except MetadataError as e:
+            raise ManagedLedgerError(f"{self.name}: cannot delete cursor {cursor}: {e}") from e
 
     # ------------------------------------------------------------------ trimming
 
@@ -865,7 +895,7 @@ class ManagedLedgerImpl(ManagedLedger):
         self._schedule_periodic()
 
     def _trim_candidates(self) -> list[int]:
-        durable = [c._md for c in self._cursors.values() if c.durable]
+        durable = [c.mark_delete_position for c in self._cursors.values() if c.durable]
         # With no durable cursor nothing is waiting for the data: all of it counts as consumed.
         slowest = min(durable) if durable else self._last_confirmed
         cfg = self._config
@@ -933,7 +963,7 @@ class ManagedLedgerImpl(ManagedLedger):
             return
         first_id = self._ledger_ids[0]
         for cursor in self._cursors.values():
-            cursor._ledgers_trimmed_before(first_id)
+            cursor.ledgers_trimmed_before(first_id)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -958,10 +988,11 @@ class ManagedLedgerImpl(ManagedLedger):
                 setattr(self, attr, None)
 
     async def close(self) -> None:
-        await self._shutdown(seal=True)
-        self._factory._forget(self)
+        await self.shutdown(seal=True)
+        self._factory.forget(self)
 
-    async def _shutdown(self, *, seal: bool) -> None:
+    async def shutdown(self, *, seal: bool) -> None:
+        """Stop this instance without leaving the factory; ``seal`` closes the current ledger (factory use)."""
         # Concurrent close()/delete() calls share one shutdown.
         if self._shutdown_task is None:
             self._shutdown_task = self._loop.create_task(self._do_shutdown(seal=seal))
@@ -981,7 +1012,7 @@ class ManagedLedgerImpl(ManagedLedger):
         # Flush while the store is still ours to write.
         if was_open:
             results = await asyncio.gather(
-                *(c._persist() for c in self._cursors.values() if c.durable), return_exceptions=True
+                *(c.flush() for c in self._cursors.values() if c.durable), return_exceptions=True
             )
             for r in results:
                 if isinstance(r, BaseException):
@@ -989,7 +1020,7 @@ class ManagedLedgerImpl(ManagedLedger):
         self._state = State.CLOSED
         self._fail_queued(ManagedLedgerClosedError(f"{self.name} is closed"))
         for cursor in list(self._cursors.values()):
-            cursor._close_now()
+            cursor.close_now()
         if seal and was_open:
             async with self._meta_lock:
                 try:
@@ -1023,8 +1054,8 @@ class ManagedLedgerImpl(ManagedLedger):
                 return
 
     async def delete(self) -> None:
-        await self._shutdown(seal=False)
-        self._factory._forget(self)
+        await self.shutdown(seal=False)
+        self._factory.forget(self)
         for lid in list(self._ledger_ids):
             await self._delete_ledger_quietly(lid)
         await self._io(self._store.delete_recursive(self._path), "delete metadata")
