@@ -1,11 +1,8 @@
 """The managed ledger: one topic's log as an ordered list of ledgers, only the last writable.
 
-Writes. ``add_entry`` normally awaits the write handle's ``append`` directly (no extra task per
-entry); concurrent calls are pipelined and the handle completes them in order. When the current
-ledger is full (or failed) the writer stops accepting direct appends, waits for the in-flight
-ones, closes the ledger, creates the next one and records the list with a compare-and-swap.
-Appends arriving meanwhile are queued and re-issued in arrival order by tasks that start in FIFO
-order; direct appends resume only once the last of them has been issued, so nothing overtakes.
+Writes go through :class:`~magnetar.managed_ledger.writer.LedgerWriter` (the current ledger's
+handle, pipelined adds, rollover); this module keeps the ledger list, positions, reads, cursors,
+trimming and the lifecycle.
 
 Ownership. A new owner opens the last ledger with recovery (fencing the old writer) and CASes the
 ledger list; a CAS failure, or a fenced append, means someone else owns the topic now.
@@ -16,22 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from bisect import bisect_left
-from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
-from magnetar.ledger.api import (
-    LedgerConfig,
-    LedgerError,
-    LedgerFencedError,
-    NoSuchLedgerError,
-    ReadHandle,
-    WriteHandle,
-)
+from magnetar.ledger.api import LedgerError, NoSuchLedgerError, ReadHandle
 from magnetar.managed_ledger.api import (
     EARLIEST,
     LATEST,
@@ -55,17 +42,14 @@ from magnetar.managed_ledger.metadata import (
     cursor_path,
     ledger_path,
 )
+from magnetar.managed_ledger.storage import LedgerStorage, now_ms
+from magnetar.managed_ledger.writer import LedgerWriter
 from magnetar.metadata.api import NOT_EXISTS, BadVersionError, MetadataError, NotFoundError
 
 if TYPE_CHECKING:
     from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-#: How often one entry is re-issued on a fresh ledger after write failures before the add fails.
-MAX_ADD_ATTEMPTS = 3
 
 
 class State(Enum):
@@ -75,17 +59,6 @@ class State(Enum):
     OPEN = "open"
     FENCED = "fenced"
     CLOSED = "closed"
-
-
-@dataclass(slots=True, eq=False)
-class _PendingAdd:
-    data: bytes
-    future: asyncio.Future[Position]
-    attempts: int = 0
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ManagedLedgerImpl(ManagedLedger):
@@ -98,6 +71,7 @@ class ManagedLedgerImpl(ManagedLedger):
         self.name = name
         self._factory = factory
         self._config = config
+        self._storage = LedgerStorage(name, factory.store, factory.client, factory.op_timeout_seconds)
         self._store = factory.store
         self._client = factory.client
         self._path = ledger_path(name)
@@ -108,25 +82,10 @@ class ManagedLedgerImpl(ManagedLedger):
         # Ledger list: ids ascending; the last one is the current (writable) ledger once open.
         self._ledgers: dict[int, LedgerInfo] = {}
         self._ledger_ids: list[int] = []
-        self._current: LedgerInfo | None = None
-        self._current_created = 0.0  # loop time, for rollover age
-        self._handle: WriteHandle | None = None
         self._closed_entries = 0  # totals of closed ledgers in the list
         self._closed_size = 0
         self._last_confirmed = EARLIEST
-        # Writer state (see module docstring).
-        self._accepting = False
-        self._rolling = False
-        self._queue: deque[_PendingAdd] = deque()
-        self._requeue: list[_PendingAdd] = []
-        self._retry: list[_PendingAdd] = []
-        self._wave_pending = 0
-        self._inflight = 0
-        self._issued_entries = 0
-        self._issued_bytes = 0
-        self._drain_waiters: list[asyncio.Future[None]] = []
-        self._rollover_task: asyncio.Task[None] | None = None
-        self._rollover_timer: asyncio.TimerHandle | None = None
+        self._writer = LedgerWriter(self, self._storage, config)
         # Cursors: durable ones stay here after their instance is closed (they still hold back trimming).
         self._cursors: dict[str, ManagedCursorImpl] = {}
         self._opening_cursors: dict[str, asyncio.Future[ManagedCursorImpl]] = {}
@@ -136,7 +95,6 @@ class ManagedLedgerImpl(ManagedLedger):
         self._read_handles: dict[int, asyncio.Future[ReadHandle]] = {}
         self._trim_timer: asyncio.TimerHandle | None = None
         self._periodic_timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._shutdown_task: asyncio.Task[None] | None = None
         self._cache = factory.cache.for_ledger(name, self._slowest_reader)
 
@@ -172,12 +130,12 @@ class ManagedLedgerImpl(ManagedLedger):
 
     @property
     def number_of_entries(self) -> int:
-        cur = self._current
+        cur = self._writer.current
         return self._closed_entries + (cur.entries if cur is not None and not cur.closed else 0)
 
     @property
     def total_size(self) -> int:
-        cur = self._current
+        cur = self._writer.current
         return self._closed_size + (cur.size if cur is not None and not cur.closed else 0)
 
     @property
@@ -213,7 +171,7 @@ class ManagedLedgerImpl(ManagedLedger):
 
     async def initialize(self) -> None:
         """Open (or take over) the managed ledger: recover its ledgers and cursors (factory use)."""
-        value = await self._io(self._store.get(self._path), "read managed ledger info")
+        value = await self._storage.io(self._store.get(self._path), "read managed ledger info")
         if value is None:
             info = ManagedLedgerInfo()
         else:
@@ -231,17 +189,18 @@ class ManagedLedgerImpl(ManagedLedger):
             self._closed_entries += li.entries
             self._closed_size += li.size
         async with self._meta_lock:
-            await self._create_ledger()
+            await self._writer.create_ledger()
         if keep:
             self._last_confirmed = Position(keep[-1].ledger_id, keep[-1].entries - 1)
         else:
-            assert self._current is not None
-            self._last_confirmed = Position(self._current.ledger_id, -1)
+            current = self._writer.current
+            assert current is not None
+            self._last_confirmed = Position(current.ledger_id, -1)
         for lid in empty:
-            await self._delete_ledger_quietly(lid)
+            await self._storage.delete_ledger_quietly(lid)
         await self._recover_cursors()
         self._state = State.OPEN
-        self._accepting = True
+        self._writer.start()
         self._schedule_periodic()
         self._schedule_trim(0.0)
         log.debug("opened managed ledger %s: ledgers=%s lac=%s", self.name, self._ledger_ids, self._last_confirmed)
@@ -249,7 +208,7 @@ class ManagedLedgerImpl(ManagedLedger):
     async def _recover_ledger(self, li: LedgerInfo) -> None:
         """Fence and seal a ledger a previous owner left open; learn its true length."""
         try:
-            handle = await self._io(
+            handle = await self._storage.io(
                 self._client.open_ledger(li.ledger_id, recovery=True), f"recover ledger {li.ledger_id}"
             )
         except NoSuchLedgerError:
@@ -258,14 +217,14 @@ class ManagedLedgerImpl(ManagedLedger):
         else:
             li.entries = handle.last_add_confirmed + 1
             li.size = handle.length
-            await self._close_handle_quietly(handle)
+            await self._storage.close_handle_quietly(handle)
         li.closed = True
-        li.timestamp_ms = _now_ms()
+        li.timestamp_ms = now_ms()
 
     async def _recover_cursors(self) -> None:
-        nodes = await self._io(self._store.get_children(self._path), "list cursors")
+        nodes = await self._storage.io(self._store.get_children(self._path), "list cursors")
         values = await asyncio.gather(
-            *(self._io(self._store.get(f"{self._path}/{node}"), "read cursor") for node in nodes)
+            *(self._storage.io(self._store.get(f"{self._path}/{node}"), "read cursor") for node in nodes)
         )
         first = self.first_position
         for node, value in zip(nodes, values, strict=True):
@@ -284,43 +243,20 @@ class ManagedLedgerImpl(ManagedLedger):
                 md = self._last_confirmed
             self._cursors[name] = ManagedCursorImpl.recovered(self, name, info, md, value.stat.version)
 
-    async def _create_ledger(self) -> None:
-        """Create the next ledger and record it in the list (caller holds the metadata lock)."""
-        cfg = self._config
-        handle = await self._io(
-            self._client.create_ledger(LedgerConfig(cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum)),
-            "create ledger",
-        )
-        lid = handle.ledger_id
+    async def add_ledger(self, li: LedgerInfo) -> None:
+        """Record a new ledger as the last of the list (caller holds :attr:`list_lock`)."""
+        lid = li.ledger_id
         if self._ledger_ids and lid <= self._ledger_ids[-1]:
-            await self._close_handle_quietly(handle)
-            await self._delete_ledger_quietly(lid)
             raise ManagedLedgerError(f"ledger client returned id {lid}, not above {self._ledger_ids[-1]}")
-        li = LedgerInfo(lid, 0, 0, _now_ms(), closed=False)
-        try:
-            await self._write_info([*(self._ledgers[i] for i in self._ledger_ids), li])
-        except BaseException:
-            await self._close_handle_quietly(handle)
-            await self._delete_ledger_quietly(lid)
-            raise
+        await self._write_info([*(self._ledgers[i] for i in self._ledger_ids), li])
         self._ledgers[lid] = li
         self._ledger_ids.append(lid)
-        self._current = li
-        self._current_created = self._loop.time()
-        self._handle = handle
-        self._issued_entries = 0
-        self._issued_bytes = 0
-        if self._rollover_timer is not None:
-            self._rollover_timer.cancel()
-        self._rollover_timer = self._loop.call_later(
-            max(self._config.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
-        )
 
     async def _write_info(self, ledgers: list[LedgerInfo]) -> None:
         """CAS the ledger list; a version conflict means another owner took over."""
         data = ManagedLedgerInfo(ledgers, self._properties).serialize()
         try:
-            stat = await self._io(self._store.put(self._path, data, self._info_version), "write info")
+            stat = await self._storage.io(self._store.put(self._path, data, self._info_version), "write info")
         except BadVersionError:
             self._set_fenced("the ledger list was changed by another owner")
             raise ManagedLedgerFencedError(f"{self.name}: another owner updated the ledger list") from None
@@ -328,221 +264,59 @@ class ManagedLedgerImpl(ManagedLedger):
 
     async def _check_still_owner(self, why: str) -> None:
         """Fence this instance (and raise) unless the stored ledger list is still the version it wrote last."""
-        value = await self._io(self._store.get(self._path), "read managed ledger info")
+        value = await self._storage.io(self._store.get(self._path), "read managed ledger info")
         if value is None or value.stat.version != self._info_version:
             self._set_fenced(why)
             raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it") from None
 
-    # ------------------------------------------------------------------ writes
+    # ------------------------------------------------------------------ writes (seam with the writer: WriterHost)
 
     async def add_entry(self, data: bytes) -> Position:
-        if self._accepting:
-            return await self._append(data, None)
-        self._check_writable()
-        item = _PendingAdd(data, self._loop.create_future())
-        self._queue.append(item)
-        if self._handle is None and not self._rolling:
-            self._start_rollover()  # no writable ledger (an earlier creation failed): try again
-        return await item.future
+        return await self._writer.add(data)
 
-    def _check_writable(self) -> None:
+    @property
+    def writable(self) -> bool:
+        """Whether the managed ledger is open (not opening, fenced or closed)."""
+        return self._state is State.OPEN
+
+    @property
+    def list_lock(self) -> asyncio.Lock:
+        """Serialises changes of the ledger list."""
+        return self._meta_lock
+
+    def not_writable_error(self) -> ManagedLedgerError:
+        """The error an add fails with while not :attr:`writable`."""
         if self._state is State.FENCED:
-            raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it")
-        if self._state is not State.OPEN:
-            raise ManagedLedgerClosedError(f"{self.name} is {self._state.value}")
+            return ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it")
+        return ManagedLedgerClosedError(f"{self.name} is {self._state.value}")
 
-    async def _append(self, data: bytes, item: _PendingAdd | None) -> Position:
-        # Everything up to handle.append() runs synchronously: the entry is issued in call order.
-        handle = self._handle
-        cur = self._current
-        assert handle is not None and cur is not None
-        self._inflight += 1
-        self._issued_entries += 1
-        self._issued_bytes += len(data)
-        cfg = self._config
-        if (
-            self._issued_entries >= cfg.max_entries_per_ledger or self._issued_bytes >= cfg.max_size_per_ledger_bytes
-        ) and self._loop.time() - self._current_created >= cfg.min_ledger_rollover_seconds:
-            self._start_rollover()
-        try:
-            entry_id = await handle.append(data)
-        except LedgerFencedError:
-            self._inflight_done()
-            self._set_fenced("the current ledger was fenced by another owner")
-            raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it") from None
-        except LedgerError as e:
-            self._inflight_done()
-            if item is None:
-                item = _PendingAdd(data, self._loop.create_future())
-            item.attempts += 1
-            if self._state is not State.OPEN or item.attempts >= MAX_ADD_ATTEMPTS:
-                raise ManagedLedgerError(f"{self.name}: add failed: {e}") from e
-            log.warning("%s: write to ledger %d failed (%s); continuing on a new ledger", self.name, cur.ledger_id, e)
-            self._retry.append(item)  # failures complete in issue order, so retries keep it
-            self._start_rollover()
-            return await item.future
-        except BaseException:
-            self._inflight_done()
-            raise
-        self._inflight_done()
-        pos = Position(cur.ledger_id, entry_id)
-        if entry_id >= cur.entries:
-            cur.entries = entry_id + 1
-        cur.size += len(data)
-        if pos > self._last_confirmed:
-            self._last_confirmed = pos
-        self._cache.insert(pos, data)
+    def fence(self, why: str) -> None:
+        """Another owner took over: fail what is queued and stop."""
+        self._set_fenced(why)
+
+    def on_ledger_sealed(self, li: LedgerInfo) -> None:
+        """The current ledger was closed with its final length."""
+        self._closed_entries += li.entries
+        self._closed_size += li.size
+
+    def on_rolled_over(self) -> None:
+        """A rollover finished: an older ledger may be trimmable now."""
+        self._schedule_trim(self._factory.trim_delay_seconds)
+
+    def entry_added(self, position: Position, data: bytes) -> None:
+        """An add was confirmed at ``position``: advance the LAC, cache it, wake waiting cursors."""
+        if position > self._last_confirmed:
+            self._last_confirmed = position
+        self._cache.insert(position, data)
         if self._waiting:
             self._notify_waiting()
-        return pos
-
-    def _inflight_done(self) -> None:
-        self._inflight -= 1
-        if self._inflight == 0 and self._drain_waiters:
-            waiters, self._drain_waiters = self._drain_waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-
-    async def _wait_drained(self) -> None:
-        """Wait until no append is in flight."""
-        if self._inflight:
-            fut: asyncio.Future[None] = self._loop.create_future()
-            self._drain_waiters.append(fut)
-            await fut
 
     def _notify_waiting(self) -> None:
         waiting, self._waiting = self._waiting, set()
         for cursor in waiting:
             cursor.wake()
 
-    def _pump(self) -> None:
-        """Issue queued adds in order, or reopen the direct path when nothing is queued."""
-        items = [*self._retry, *self._requeue, *self._queue]
-        self._retry.clear()
-        self._requeue.clear()
-        self._queue.clear()
-        items = [it for it in items if not it.future.done()]
-        if not items:
-            self._accepting = self._state is State.OPEN and self._handle is not None and not self._rolling
-            return
-        self._wave_pending = len(items)
-        for it in items:
-            self._spawn(self._append_queued(it))
-
-    async def _append_queued(self, item: _PendingAdd) -> None:
-        self._wave_pending -= 1
-        last = self._wave_pending == 0
-        if item.future.done():  # the caller gave up
-            if last and not self._rolling:
-                self._pump()
-            return
-        if self._state is not State.OPEN:
-            item.future.set_exception(self._not_writable_error())
-            return
-        if self._rolling or self._handle is None:
-            self._requeue.append(item)  # a rollover began mid-wave: back in line, still in order
-            return
-        if last:
-            # Newer queued adds go out in a later wave; with none, direct appends resume. Either way
-            # this entry is issued (synchronously, below) before any of them.
-            self._pump()
-        try:
-            pos = await self._append(item.data, item)
-        except BaseException as e:
-            if not item.future.done():
-                item.future.set_exception(e)
-            if isinstance(e, asyncio.CancelledError):
-                raise
-        else:
-            if not item.future.done():
-                item.future.set_result(pos)
-
-    def _not_writable_error(self) -> ManagedLedgerError:
-        if self._state is State.FENCED:
-            return ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it")
-        return ManagedLedgerClosedError(f"{self.name} is {self._state.value}")
-
-    def _fail_queued(self, exc: ManagedLedgerError) -> None:
-        items = [*self._retry, *self._requeue, *self._queue]
-        self._retry.clear()
-        self._requeue.clear()
-        self._queue.clear()
-        for it in items:
-            if not it.future.done():
-                it.future.set_exception(exc)
-
-    def _on_rollover_timer(self) -> None:
-        self._rollover_timer = None
-        if self._state is not State.OPEN or self._rolling:
-            return
-        if self._issued_entries > 0:
-            self._start_rollover()
-        else:  # nothing written yet: check again later
-            self._rollover_timer = self._loop.call_later(
-                max(self._config.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
-            )
-
-    def _start_rollover(self) -> None:
-        if self._rolling or self._state is not State.OPEN:
-            return
-        self._rolling = True
-        self._accepting = False
-        if self._rollover_timer is not None:
-            self._rollover_timer.cancel()
-            self._rollover_timer = None
-        self._rollover_task = self._spawn(self._rollover())
-
-    async def _rollover(self) -> None:
-        try:
-            try:
-                async with asyncio.timeout(self._factory.op_timeout_seconds):
-                    await self._wait_drained()
-            except TimeoutError:
-                log.warning("%s: in-flight adds did not complete before rollover", self.name)
-            async with self._meta_lock:
-                if self._state is not State.OPEN:
-                    return
-                await self._seal_current()
-                await self._create_ledger()
-                await self._trim_empty_closed()
-        except ManagedLedgerFencedError:
-            self._rolling = False
-            self._fail_queued(self._not_writable_error())
-            return
-        except Exception as e:
-            log.warning("%s: ledger rollover failed: %s", self.name, e)
-            self._rolling = False
-            self._fail_queued(ManagedLedgerError(f"{self.name}: no writable ledger: {e}"))
-            return
-        self._rolling = False
-        log.debug("%s: rolled over to ledger %d", self.name, self._ledger_ids[-1])
-        self._pump()
-        self._schedule_trim(self._factory.trim_delay_seconds)
-
-    async def _seal_current(self) -> None:
-        """Close the current write handle and record its final size (caller holds the lock)."""
-        handle, cur = self._handle, self._current
-        if handle is None or cur is None or cur.closed:
-            return
-        try:
-            await self._io(handle.close(), f"close ledger {cur.ledger_id}")
-        except LedgerFencedError:
-            self._set_fenced("the current ledger was fenced by another owner")
-            raise ManagedLedgerFencedError(f"{self.name} is fenced") from None
-        except (LedgerError, ManagedLedgerError) as e:
-            # Keep what we know was confirmed; a later recovery of this ledger agrees with it.
-            log.warning("%s: closing ledger %d failed: %s", self.name, cur.ledger_id, e)
-        else:
-            cur.entries = max(cur.entries, handle.last_add_confirmed + 1)
-            cur.size = max(cur.size, handle.length)
-        self._handle = None
-        cur.closed = True
-        cur.timestamp_ms = _now_ms()
-        self._closed_entries += cur.entries
-        self._closed_size += cur.size
-
-    async def _trim_empty_closed(self) -> None:
+    async def drop_empty_ledgers(self) -> None:
         """Drop closed ledgers without entries from the list and delete them (caller holds the lock)."""
         empty = [lid for lid in self._ledger_ids if self._ledgers[lid].closed and self._ledgers[lid].entries == 0]
         if not empty:
@@ -551,7 +325,7 @@ class ManagedLedgerImpl(ManagedLedger):
         for lid in empty:
             self._forget_ledger(lid)
         for lid in empty:
-            await self._delete_ledger_quietly(lid)
+            await self._storage.delete_ledger_quietly(lid)
 
     # ------------------------------------------------------------------ positions
 
@@ -579,7 +353,7 @@ class ManagedLedgerImpl(ManagedLedger):
     def next_position(self, position: Position) -> Position:
         lid, eid = position
         li = self._ledgers.get(lid)
-        if li is not None and (eid + 1 < li.entries or li is self._current):
+        if li is not None and (eid + 1 < li.entries or li is self._writer.current):
             return Position(lid, eid + 1)
         return self.normalize_position(Position(lid, eid + 1))
 
@@ -652,7 +426,7 @@ class ManagedLedgerImpl(ManagedLedger):
     async def _read_from_ledger(self, lid: int, first: int, last: int) -> list[Entry]:
         try:
             handle = await self._read_handle(lid)
-            got = await self._io(handle.read(first, last), f"read {lid}:{first}..{last}")
+            got = await self._storage.io(handle.read(first, last), f"read {lid}:{first}..{last}")
         except NoSuchLedgerError:
             if lid not in self._ledgers:  # trimmed while we were reading: nothing to deliver
                 return []
@@ -660,7 +434,7 @@ class ManagedLedgerImpl(ManagedLedger):
         return [Entry(Position(e.ledger_id, e.entry_id), e.data) for e in got]
 
     async def _read_handle(self, lid: int) -> ReadHandle:
-        handle = self._handle
+        handle = self._writer.handle
         if handle is not None and handle.ledger_id == lid:
             return handle
         fut = self._read_handles.get(lid)
@@ -668,7 +442,7 @@ class ManagedLedgerImpl(ManagedLedger):
             fut = self._loop.create_future()
             self._read_handles[lid] = fut
             try:
-                h = await self._io(self._client.open_ledger(lid, recovery=False), f"open ledger {lid}")
+                h = await self._storage.io(self._client.open_ledger(lid, recovery=False), f"open ledger {lid}")
             except BaseException as e:
                 del self._read_handles[lid]
                 fut.set_exception(e)
@@ -848,14 +622,14 @@ class ManagedLedgerImpl(ManagedLedger):
         create = version == NOT_EXISTS
         what = "create cursor" if create else "persist cursor"
         try:
-            stat = await self._io(self._store.put(path, data, version), what)
+            stat = await self._storage.io(self._store.put(path, data, version), what)
         except BadVersionError:
             why = "a cursor was created by another owner" if create else f"cursor {cursor} was updated by another owner"
             await self._check_still_owner(why)
             if wanted is not None and not wanted():
                 return None
-            cur = await self._io(self._store.get(path), "read cursor")
-            stat = await self._io(self._store.put(path, data, cur.stat.version if cur else NOT_EXISTS), what)
+            cur = await self._storage.io(self._store.get(path), "read cursor")
+            stat = await self._storage.io(self._store.put(path, data, cur.stat.version if cur else NOT_EXISTS), what)
         return stat.version
 
     async def delete_cursor_state(self, cursor: str, version: int) -> None:
@@ -863,10 +637,10 @@ class ManagedLedgerImpl(ManagedLedger):
         path = cursor_path(self.name, cursor)
         try:
             try:
-                await self._io(self._store.delete(path, version), "delete cursor")
+                await self._storage.io(self._store.delete(path, version), "delete cursor")
             except BadVersionError:
                 await self._check_still_owner(f"cursor {cursor} was updated by another owner")
-                await self._io(self._store.delete(path), "delete cursor")
+                await self._storage.io(self._store.delete(path), "delete cursor")
         except NotFoundError:
             pass
         except MetadataError as e:
@@ -882,7 +656,7 @@ class ManagedLedgerImpl(ManagedLedger):
     def _on_trim_timer(self) -> None:
         self._trim_timer = None
         if self._state is State.OPEN:
-            self._spawn(self.trim())
+            self._storage.spawn(self.trim())
 
     def _schedule_periodic(self) -> None:
         interval = self._factory.trim_interval_seconds
@@ -899,12 +673,12 @@ class ManagedLedgerImpl(ManagedLedger):
         # With no durable cursor nothing is waiting for the data: all of it counts as consumed.
         slowest = min(durable) if durable else self._last_confirmed
         cfg = self._config
-        now = _now_ms()
+        now = now_ms()
         size_left = self.total_size
         out: list[int] = []
         for lid in self._ledger_ids:
             li = self._ledgers[lid]
-            if li is self._current or not li.closed:
+            if li is self._writer.current or not li.closed:
                 break
             if li.entries > 0:
                 if Position(lid, li.entries - 1) > slowest:
@@ -943,7 +717,7 @@ class ManagedLedgerImpl(ManagedLedger):
                 self._forget_ledger(lid)
             self._move_cursors_past_trimmed()
         for lid in doomed:
-            await self._delete_ledger_quietly(lid)
+            await self._storage.delete_ledger_quietly(lid)
         log.debug("%s: trimmed ledgers %s", self.name, doomed)
         return doomed
 
@@ -956,7 +730,7 @@ class ManagedLedgerImpl(ManagedLedger):
         self._cache.evict_ledger(lid)
         fut = self._read_handles.pop(lid, None)
         if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
-            self._spawn(self._close_handle_quietly(fut.result()))
+            self._storage.spawn(self._storage.close_handle_quietly(fut.result()))
 
     def _move_cursors_past_trimmed(self) -> None:
         if not self._ledger_ids:
@@ -976,12 +750,12 @@ class ManagedLedgerImpl(ManagedLedger):
             return
         log.warning("%s: fenced (%s)", self.name, why)
         self._state = State.FENCED
-        self._accepting = False
-        self._fail_queued(ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it"))
+        self._writer.stop_accepting()
+        self._writer.fail_queued(ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it"))
         self._cancel_timers()
 
     def _cancel_timers(self) -> None:
-        for attr in ("_trim_timer", "_periodic_timer", "_rollover_timer"):
+        for attr in ("_trim_timer", "_periodic_timer"):
             timer = getattr(self, attr)
             if timer is not None:
                 timer.cancel()
@@ -1002,13 +776,13 @@ class ManagedLedgerImpl(ManagedLedger):
         if self._state is State.CLOSED:
             return
         was_open = self._state is State.OPEN
-        self._accepting = False
+        self._writer.stop_accepting()
         self._cancel_timers()
         timeout = self._factory.op_timeout_seconds
         # Let a rollover and in-flight appends finish so their callers get real answers.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
-                await self._quiesce()
+                await self._writer.quiesce()
         # Flush while the store is still ours to write.
         if was_open:
             results = await asyncio.gather(
@@ -1018,80 +792,31 @@ class ManagedLedgerImpl(ManagedLedger):
                 if isinstance(r, BaseException):
                     log.warning("%s: cursor flush on close failed: %s", self.name, r)
         self._state = State.CLOSED
-        self._fail_queued(ManagedLedgerClosedError(f"{self.name} is closed"))
+        self._writer.fail_queued(ManagedLedgerClosedError(f"{self.name} is closed"))
         for cursor in list(self._cursors.values()):
             cursor.close_now()
-        if seal and was_open:
+        sealing = seal and was_open
+        if sealing:
             async with self._meta_lock:
                 try:
-                    await self._seal_current()
+                    await self._writer.seal()
                     await self._write_info([self._ledgers[i] for i in self._ledger_ids])
                 except (ManagedLedgerError, LedgerError) as e:
                     log.warning("%s: could not seal the current ledger on close: %s", self.name, e)
-        elif self._handle is not None:
-            await self._close_handle_quietly(self._handle)
-        self._handle = None
+        await self._writer.release(close_handle=not sealing)
         for fut in self._read_handles.values():
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                await self._close_handle_quietly(fut.result())
+                await self._storage.close_handle_quietly(fut.result())
         self._read_handles.clear()
         self._cache.close()
-        for task in list(self._tasks):
-            if task is not asyncio.current_task():
-                task.cancel()
-
-    async def _quiesce(self) -> None:
-        """Wait for a running rollover, in-flight appends and queued waves to finish."""
-        while True:
-            task = self._rollover_task
-            if self._rolling and task is not None and not task.done():
-                await asyncio.wait({task})
-            elif self._inflight:
-                await self._wait_drained()
-            elif self._wave_pending:
-                await asyncio.sleep(0)  # a wave's tasks all start within one loop iteration
-            else:
-                return
+        self._storage.cancel_tasks()
 
     async def delete(self) -> None:
         await self.shutdown(seal=False)
         self._factory.forget(self)
         for lid in list(self._ledger_ids):
-            await self._delete_ledger_quietly(lid)
-        await self._io(self._store.delete_recursive(self._path), "delete metadata")
-
-    # ------------------------------------------------------------------ helpers
-
-    async def _io(self, aw: Awaitable[T], what: str) -> T:
-        """Await a storage call bounded by the factory's operation timeout."""
-        try:
-            async with asyncio.timeout(self._factory.op_timeout_seconds):
-                return await aw
-        except TimeoutError:
-            raise ManagedLedgerError(f"{self.name}: {what} timed out") from None
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s: background task failed", self.name, exc_info=task.exception())
-
-    async def _close_handle_quietly(self, handle: ReadHandle) -> None:
-        try:
-            await self._io(handle.close(), "close handle")
-        except Exception as e:
-            log.debug("%s: closing ledger handle %s failed: %s", self.name, handle.ledger_id, e)
-
-    async def _delete_ledger_quietly(self, lid: int) -> None:
-        try:
-            await self._io(self._client.delete_ledger(lid), f"delete ledger {lid}")
-        except Exception as e:  # an orphan costs space only; never fail the caller for it
-            log.warning("%s: deleting ledger %d failed: %s", self.name, lid, e)
+            await self._storage.delete_ledger_quietly(lid)
+        await self._storage.io(self._store.delete_recursive(self._path), "delete metadata")
 
     def __repr__(self) -> str:
         return f"ManagedLedgerImpl({self.name!r}, {self._state.value}, ledgers={self._ledger_ids})"

@@ -1,0 +1,366 @@
+"""The writing end of a managed ledger: the current ledger's write handle, the adds and the rollover.
+
+``add`` normally awaits the write handle's ``append`` directly (no extra task per entry);
+concurrent calls are pipelined and the handle completes them in order. When the current ledger is
+full (or failed) the writer stops accepting direct appends, waits for the in-flight ones, closes
+the ledger, creates the next one and has the managed ledger record it in its list (a
+compare-and-swap). Appends arriving meanwhile are queued and re-issued in arrival order by tasks
+that start in FIFO order; direct appends resume only once the last of them has been issued, so
+nothing overtakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from magnetar.ledger.api import LedgerConfig, LedgerError, LedgerFencedError, WriteHandle
+from magnetar.managed_ledger.api import (
+    ManagedLedgerConfig,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    Position,
+)
+from magnetar.managed_ledger.metadata import LedgerInfo
+from magnetar.managed_ledger.storage import LedgerStorage, now_ms
+
+log = logging.getLogger(__name__)
+
+#: How often one entry is re-issued on a fresh ledger after write failures before the add fails.
+MAX_ADD_ATTEMPTS = 3
+
+
+class WriterHost(Protocol):
+    """The managed ledger as its :class:`LedgerWriter` sees it."""
+
+    @property
+    def writable(self) -> bool:
+        """Whether the managed ledger is open (not opening, fenced or closed)."""
+
+    @property
+    def list_lock(self) -> asyncio.Lock:
+        """Serialises changes of the ledger list."""
+
+    def not_writable_error(self) -> ManagedLedgerError:
+        """The error an add fails with while not :attr:`writable`."""
+
+    def fence(self, why: str) -> None:
+        """Another owner took over: stop for good."""
+
+    async def add_ledger(self, li: LedgerInfo) -> None:
+        """Record a new ledger as the last of the list (caller holds :attr:`list_lock`)."""
+
+    def on_ledger_sealed(self, li: LedgerInfo) -> None:
+        """The current ledger was closed with its final length."""
+
+    async def drop_empty_ledgers(self) -> None:
+        """Remove closed ledgers without entries (caller holds :attr:`list_lock`)."""
+
+    def on_rolled_over(self) -> None:
+        """A rollover finished (an older ledger may be trimmable now)."""
+
+    def entry_added(self, position: Position, data: bytes) -> None:
+        """An add was confirmed at ``position``."""
+
+
+@dataclass(slots=True, eq=False)
+class _PendingAdd:
+    data: bytes
+    future: asyncio.Future[Position]
+    attempts: int = 0
+
+
+class LedgerWriter:
+    """Writes a managed ledger's entries to its current ledger and rolls over to the next one."""
+
+    def __init__(self, host: WriterHost, storage: LedgerStorage, config: ManagedLedgerConfig) -> None:
+        self._host = host
+        self._storage = storage
+        self._config = config
+        self._name = storage.name
+        self._loop = asyncio.get_running_loop()
+        # The current ledger.
+        self._current: LedgerInfo | None = None
+        self._current_created = 0.0  # loop time, for rollover age
+        self._handle: WriteHandle | None = None
+        self._issued_entries = 0
+        self._issued_bytes = 0
+        # Direct appends vs. queued ones (see module docstring).
+        self._accepting = False
+        self._rolling = False
+        self._queue: deque[_PendingAdd] = deque()
+        self._requeue: list[_PendingAdd] = []
+        self._retry: list[_PendingAdd] = []
+        self._wave_pending = 0
+        self._inflight = 0
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._rollover_task: asyncio.Task[None] | None = None
+        self._rollover_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def current(self) -> LedgerInfo | None:
+        """The ledger being written (``None`` before the first one exists)."""
+        return self._current
+
+    @property
+    def handle(self) -> WriteHandle | None:
+        """The current ledger's write handle (``None`` while there is no writable ledger)."""
+        return self._handle
+
+    def start(self) -> None:
+        """The managed ledger is open: accept direct appends."""
+        self._accepting = True
+
+    # ------------------------------------------------------------------ adds
+
+    async def add(self, data: bytes) -> Position:
+        """Append one entry; its position once the ledger confirmed it."""
+        if self._accepting:
+            return await self._append(data, None)
+        host = self._host
+        if not host.writable:
+            raise host.not_writable_error()
+        item = _PendingAdd(data, self._loop.create_future())
+        self._queue.append(item)
+        if self._handle is None and not self._rolling:
+            self._start_rollover()  # no writable ledger (an earlier creation failed): try again
+        return await item.future
+
+    async def _append(self, data: bytes, item: _PendingAdd | None) -> Position:
+        # Everything up to handle.append() runs synchronously: the entry is issued in call order.
+        handle = self._handle
+        cur = self._current
+        assert handle is not None and cur is not None
+        self._inflight += 1
+        self._issued_entries += 1
+        self._issued_bytes += len(data)
+        cfg = self._config
+        if (
+            self._issued_entries >= cfg.max_entries_per_ledger or self._issued_bytes >= cfg.max_size_per_ledger_bytes
+        ) and self._loop.time() - self._current_created >= cfg.min_ledger_rollover_seconds:
+            self._start_rollover()
+        try:
+            entry_id = await handle.append(data)
+        except LedgerFencedError:
+            self._inflight_done()
+            self._host.fence("the current ledger was fenced by another owner")
+            raise ManagedLedgerFencedError(f"{self._name} is fenced: another owner opened it") from None
+        except LedgerError as e:
+            self._inflight_done()
+            if item is None:
+                item = _PendingAdd(data, self._loop.create_future())
+            item.attempts += 1
+            if not self._host.writable or item.attempts >= MAX_ADD_ATTEMPTS:
+                raise ManagedLedgerError(f"{self._name}: add failed: {e}") from e
+            log.warning("%s: write to ledger %d failed (%s); continuing on a new ledger", self._name, cur.ledger_id, e)
+            self._retry.append(item)  # failures complete in issue order, so retries keep it
+            self._start_rollover()
+            return await item.future
+        except BaseException:
+            self._inflight_done()
+            raise
+        self._inflight_done()
+        pos = Position(cur.ledger_id, entry_id)
+        if entry_id >= cur.entries:
+            cur.entries = entry_id + 1
+        cur.size += len(data)
+        self._host.entry_added(pos, data)
+        return pos
+
+    def _inflight_done(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0 and self._drain_waiters:
+            waiters, self._drain_waiters = self._drain_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _wait_drained(self) -> None:
+        """Wait until no append is in flight."""
+        if self._inflight:
+            fut: asyncio.Future[None] = self._loop.create_future()
+            self._drain_waiters.append(fut)
+            await fut
+
+    def _pump(self) -> None:
+        """Issue queued adds in order, or reopen the direct path when nothing is queued."""
+        items = [*self._retry, *self._requeue, *self._queue]
+        self._retry.clear()
+        self._requeue.clear()
+        self._queue.clear()
+        items = [it for it in items if not it.future.done()]
+        if not items:
+            self._accepting = self._host.writable and self._handle is not None and not self._rolling
+            return
+        self._wave_pending = len(items)
+        for it in items:
+            self._storage.spawn(self._append_queued(it))
+
+    async def _append_queued(self, item: _PendingAdd) -> None:
+        self._wave_pending -= 1
+        last = self._wave_pending == 0
+        if item.future.done():  # the caller gave up
+            if last and not self._rolling:
+                self._pump()
+            return
+        if not self._host.writable:
+            item.future.set_exception(self._host.not_writable_error())
+            return
+        if self._rolling or self._handle is None:
+            self._requeue.append(item)  # a rollover began mid-wave: back in line, still in order
+            return
+        if last:
+            # Newer queued adds go out in a later wave; with none, direct appends resume. Either way
+            # this entry is issued (synchronously, below) before any of them.
+            self._pump()
+        try:
+            pos = await self._append(item.data, item)
+        except BaseException as e:
+            if not item.future.done():
+                item.future.set_exception(e)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+        else:
+            if not item.future.done():
+                item.future.set_result(pos)
+
+    def fail_queued(self, exc: ManagedLedgerError) -> None:
+        """Fail every add waiting in a queue with ``exc``."""
+        items = [*self._retry, *self._requeue, *self._queue]
+        self._retry.clear()
+        self._requeue.clear()
+        self._queue.clear()
+        for it in items:
+            if not it.future.done():
+                it.future.set_exception(exc)
+
+    # ------------------------------------------------------------------ ledgers and rollover
+
+    async def create_ledger(self) -> None:
+        """Create the next ledger, have it recorded in the list and write to it (caller holds the list lock)."""
+        cfg = self._config
+        storage = self._storage
+        handle = await storage.io(
+            storage.client.create_ledger(LedgerConfig(cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum)),
+            "create ledger",
+        )
+        lid = handle.ledger_id
+        li = LedgerInfo(lid, 0, 0, now_ms(), closed=False)
+        try:
+            await self._host.add_ledger(li)
+        except BaseException:
+            await storage.close_handle_quietly(handle)
+            await storage.delete_ledger_quietly(lid)
+            raise
+        self._current = li
+        self._current_created = self._loop.time()
+        self._handle = handle
+        self._issued_entries = 0
+        self._issued_bytes = 0
+        if self._rollover_timer is not None:
+            self._rollover_timer.cancel()
+        self._rollover_timer = self._loop.call_later(
+            max(self._config.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
+        )
+
+    def _on_rollover_timer(self) -> None:
+        self._rollover_timer = None
+        if not self._host.writable or self._rolling:
+            return
+        if self._issued_entries > 0:
+            self._start_rollover()
+        else:  # nothing written yet: check again later
+            self._rollover_timer = self._loop.call_later(
+                max(self._config.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
+            )
+
+    def _start_rollover(self) -> None:
+        if self._rolling or not self._host.writable:
+            return
+        self._rolling = True
+        self._accepting = False
+        if self._rollover_timer is not None:
+            self._rollover_timer.cancel()
+            self._rollover_timer = None
+        self._rollover_task = self._storage.spawn(self._rollover())
+
+    async def _rollover(self) -> None:
+        host = self._host
+        try:
+            try:
+                async with asyncio.timeout(self._storage.op_timeout_seconds):
+                    await self._wait_drained()
+            except TimeoutError:
+                log.warning("%s: in-flight adds did not complete before rollover", self._name)
+            async with host.list_lock:
+                if not host.writable:
+                    return
+                await self.seal()
+                await self.create_ledger()
+                await host.drop_empty_ledgers()
+        except ManagedLedgerFencedError:
+            self._rolling = False
+            self.fail_queued(host.not_writable_error())
+            return
+        except Exception as e:
+            log.warning("%s: ledger rollover failed: %s", self._name, e)
+            self._rolling = False
+            self.fail_queued(ManagedLedgerError(f"{self._name}: no writable ledger: {e}"))
+            return
+        self._rolling = False
+        assert self._current is not None
+        log.debug("%s: rolled over to ledger %d", self._name, self._current.ledger_id)
+        self._pump()
+        host.on_rolled_over()
+
+    async def seal(self) -> None:
+        """Close the current write handle and record its final size (caller holds the list lock)."""
+        handle, cur = self._handle, self._current
+        if handle is None or cur is None or cur.closed:
+            return
+        try:
+            await self._storage.io(handle.close(), f"close ledger {cur.ledger_id}")
+        except LedgerFencedError:
+            self._host.fence("the current ledger was fenced by another owner")
+            raise ManagedLedgerFencedError(f"{self._name} is fenced") from None
+        except (LedgerError, ManagedLedgerError) as e:
+            # Keep what we know was confirmed; a later recovery of this ledger agrees with it.
+            log.warning("%s: closing ledger %d failed: %s", self._name, cur.ledger_id, e)
+        else:
+            cur.entries = max(cur.entries, handle.last_add_confirmed + 1)
+            cur.size = max(cur.size, handle.length)
+        self._handle = None
+        cur.closed = True
+        cur.timestamp_ms = now_ms()
+        self._host.on_ledger_sealed(cur)
+
+    # ------------------------------------------------------------------ stopping
+
+    def stop_accepting(self) -> None:
+        """Take no more direct appends and start no timed rollover (closing or fenced)."""
+        self._accepting = False
+        if self._rollover_timer is not None:
+            self._rollover_timer.cancel()
+            self._rollover_timer = None
+
+    async def quiesce(self) -> None:
+        """Wait for a running rollover, in-flight appends and queued waves to finish."""
+        while True:
+            task = self._rollover_task
+            if self._rolling and task is not None and not task.done():
+                await asyncio.wait({task})
+            elif self._inflight:
+                await self._wait_drained()
+            elif self._wave_pending:
+                await asyncio.sleep(0)  # a wave's tasks all start within one loop iteration
+            else:
+                return
+
+    async def release(self, *, close_handle: bool) -> None:
+        """Let go of the write handle; ``close_handle`` closes it first (when it was not sealed)."""
+        handle, self._handle = self._handle, None
+        if close_handle and handle is not None:
+            await self._storage.close_handle_quietly(handle)
