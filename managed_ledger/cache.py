@@ -89,7 +89,7 @@ class LedgerCache:
     def close(self) -> None:
         """Drop everything and detach from the shared budget."""
         self.clear()
-        self._manager._caches.pop(self.name, None)
+        self._manager.detach(self)
 
     def _account(self, freed: int) -> None:
         self.size -= freed
@@ -113,6 +113,11 @@ class EntryCache:
         cache = LedgerCache(self, name, slowest_reader)
         self._caches[name] = cache
         return cache
+
+    def detach(self, cache: LedgerCache) -> None:
+        """Stop managing ``cache`` (its ledger closed); a slice that replaced it stays."""
+        if self._caches.get(cache.name) is cache:
+            del self._caches[cache.name]
 
     def evict(self) -> None:
         """Bring the total size below the low-water mark."""

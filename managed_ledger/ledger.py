@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from magnetar.ledger.api import LedgerError, NoSuchLedgerError, ReadHandle
+from magnetar.ledger.api import LedgerError, NoSuchLedgerError
 from magnetar.managed_ledger.api import (
     EARLIEST,
     LATEST,
@@ -34,17 +34,10 @@ from magnetar.managed_ledger.api import (
     Position,
 )
 from magnetar.managed_ledger.cursor import ManagedCursorImpl
-from magnetar.managed_ledger.metadata import (
-    CursorInfo,
-    LedgerInfo,
-    ManagedLedgerInfo,
-    cursor_name_from_node,
-    cursor_path,
-    ledger_path,
-)
+from magnetar.managed_ledger.metadata import CursorInfo, LedgerInfo
+from magnetar.managed_ledger.reader import EntryReader
 from magnetar.managed_ledger.storage import LedgerStorage, now_ms
 from magnetar.managed_ledger.writer import LedgerWriter
-from magnetar.metadata.api import NOT_EXISTS, BadVersionError, MetadataError, NotFoundError
 
 if TYPE_CHECKING:
     from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
@@ -71,13 +64,11 @@ class ManagedLedgerImpl(ManagedLedger):
         self.name = name
         self._factory = factory
         self._config = config
-        self._storage = LedgerStorage(name, factory.store, factory.client, factory.op_timeout_seconds)
-        self._store = factory.store
-        self._client = factory.client
-        self._path = ledger_path(name)
+        self._storage = LedgerStorage(
+            name, factory.store, factory.client, factory.op_timeout_seconds, on_fenced=self._set_fenced
+        )
         self._loop = asyncio.get_running_loop()
         self._state = State.OPENING
-        self._info_version = NOT_EXISTS
         self._properties: dict[str, str] = {}
         # Ledger list: ids ascending; the last one is the current (writable) ledger once open.
         self._ledgers: dict[int, LedgerInfo] = {}
@@ -92,11 +83,11 @@ class ManagedLedgerImpl(ManagedLedger):
         self._waiting: set[ManagedCursorImpl] = set()
         # Housekeeping.
         self._meta_lock = asyncio.Lock()
-        self._read_handles: dict[int, asyncio.Future[ReadHandle]] = {}
         self._trim_timer: asyncio.TimerHandle | None = None
         self._periodic_timer: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._cache = factory.cache.for_ledger(name, self._slowest_reader)
+        self._reader = EntryReader(self._storage, self._cache, self._writer, self._ledgers.__contains__)
 
     # ------------------------------------------------------------------ properties
 
@@ -158,7 +149,7 @@ class ManagedLedgerImpl(ManagedLedger):
                 else:
                     self._properties[key] = value
             try:
-                await self._write_info([self._ledgers[i] for i in self._ledger_ids])
+                await self._storage.write_info([self._ledgers[i] for i in self._ledger_ids], self._properties)
             except BaseException:
                 self._properties = previous
                 raise
@@ -171,12 +162,7 @@ class ManagedLedgerImpl(ManagedLedger):
 
     async def initialize(self) -> None:
         """Open (or take over) the managed ledger: recover its ledgers and cursors (factory use)."""
-        value = await self._storage.io(self._store.get(self._path), "read managed ledger info")
-        if value is None:
-            info = ManagedLedgerInfo()
-        else:
-            info = ManagedLedgerInfo.parse(value.data)
-            self._info_version = value.stat.version
+        info = await self._storage.read_info()
         self._properties = dict(info.properties)
         for li in info.ledgers:
             if not li.closed:
@@ -209,7 +195,7 @@ class ManagedLedgerImpl(ManagedLedger):
         """Fence and seal a ledger a previous owner left open; learn its true length."""
         try:
             handle = await self._storage.io(
-                self._client.open_ledger(li.ledger_id, recovery=True), f"recover ledger {li.ledger_id}"
+                self._storage.client.open_ledger(li.ledger_id, recovery=True), f"recover ledger {li.ledger_id}"
             )
         except NoSuchLedgerError:
             log.warning("%s: ledger %d in the list does not exist; dropping it", self.name, li.ledger_id)
@@ -222,17 +208,10 @@ class ManagedLedgerImpl(ManagedLedger):
         li.timestamp_ms = now_ms()
 
     async def _recover_cursors(self) -> None:
-        nodes = await self._storage.io(self._store.get_children(self._path), "list cursors")
-        values = await asyncio.gather(
-            *(self._storage.io(self._store.get(f"{self._path}/{node}"), "read cursor") for node in nodes)
-        )
         first = self.first_position
-        for node, value in zip(nodes, values, strict=True):
-            if value is None:
-                continue
-            name = cursor_name_from_node(node)
+        for name, data, version in await self._storage.read_cursors():
             try:
-                info = CursorInfo.parse(value.data)
+                info = CursorInfo.parse(data)
             except (ValueError, KeyError, TypeError) as e:
                 log.error("%s: cursor %s has unreadable state (%s); starting it at the end", self.name, name, e)
                 info = CursorInfo(self._last_confirmed)
@@ -241,33 +220,16 @@ class ManagedLedgerImpl(ManagedLedger):
                 md = Position(first.ledger_id, -1)
             if md > self._last_confirmed:
                 md = self._last_confirmed
-            self._cursors[name] = ManagedCursorImpl.recovered(self, name, info, md, value.stat.version)
+            self._cursors[name] = ManagedCursorImpl.recovered(self, name, info, md, version)
 
     async def add_ledger(self, li: LedgerInfo) -> None:
         """Record a new ledger as the last of the list (caller holds :attr:`list_lock`)."""
         lid = li.ledger_id
         if self._ledger_ids and lid <= self._ledger_ids[-1]:
             raise ManagedLedgerError(f"ledger client returned id {lid}, not above {self._ledger_ids[-1]}")
-        await self._write_info([*(self._ledgers[i] for i in self._ledger_ids), li])
+        await self._storage.write_info([*(self._ledgers[i] for i in self._ledger_ids), li], self._properties)
         self._ledgers[lid] = li
         self._ledger_ids.append(lid)
-
-    async def _write_info(self, ledgers: list[LedgerInfo]) -> None:
-        """CAS the ledger list; a version conflict means another owner took over."""
-        data = ManagedLedgerInfo(ledgers, self._properties).serialize()
-        try:
-            stat = await self._storage.io(self._store.put(self._path, data, self._info_version), "write info")
-        except BadVersionError:
-            self._set_fenced("the ledger list was changed by another owner")
-            raise ManagedLedgerFencedError(f"{self.name}: another owner updated the ledger list") from None
-        self._info_version = stat.version
-
-    async def _check_still_owner(self, why: str) -> None:
-        """Fence this instance (and raise) unless the stored ledger list is still the version it wrote last."""
-        value = await self._storage.io(self._store.get(self._path), "read managed ledger info")
-        if value is None or value.stat.version != self._info_version:
-            self._set_fenced(why)
-            raise ManagedLedgerFencedError(f"{self.name} is fenced: another owner opened it") from None
 
     # ------------------------------------------------------------------ writes (seam with the writer: WriterHost)
 
@@ -321,7 +283,7 @@ class ManagedLedgerImpl(ManagedLedger):
         empty = [lid for lid in self._ledger_ids if self._ledgers[lid].closed and self._ledgers[lid].entries == 0]
         if not empty:
             return
-        await self._write_info([self._ledgers[i] for i in self._ledger_ids if i not in empty])
+        await self._storage.write_info([self._ledgers[i] for i in self._ledger_ids if i not in empty], self._properties)
         for lid in empty:
             self._forget_ledger(lid)
         for lid in empty:
@@ -404,53 +366,7 @@ class ManagedLedgerImpl(ManagedLedger):
 
     async def read_runs(self, runs: list[tuple[int, int, int]]) -> list[Entry]:
         """Read ``(ledger, first, last)`` runs in order, from the cache where possible."""
-        out: list[Entry] = []
-        cache_get = self._cache.get
-        for lid, first, last in runs:
-            miss_from = -1
-            for eid in range(first, last + 1):
-                pos = Position(lid, eid)
-                data = cache_get(pos)
-                if data is None:
-                    if miss_from < 0:
-                        miss_from = eid
-                    continue
-                if miss_from >= 0:
-                    out.extend(await self._read_from_ledger(lid, miss_from, eid - 1))
-                    miss_from = -1
-                out.append(Entry(pos, data))
-            if miss_from >= 0:
-                out.extend(await self._read_from_ledger(lid, miss_from, last))
-        return out
-
-    async def _read_from_ledger(self, lid: int, first: int, last: int) -> list[Entry]:
-        try:
-            handle = await self._read_handle(lid)
-            got = await self._storage.io(handle.read(first, last), f"read {lid}:{first}..{last}")
-        except NoSuchLedgerError:
-            if lid not in self._ledgers:  # trimmed while we were reading: nothing to deliver
-                return []
-            raise
-        return [Entry(Position(e.ledger_id, e.entry_id), e.data) for e in got]
-
-    async def _read_handle(self, lid: int) -> ReadHandle:
-        handle = self._writer.handle
-        if handle is not None and handle.ledger_id == lid:
-            return handle
-        fut = self._read_handles.get(lid)
-        if fut is None:
-            fut = self._loop.create_future()
-            self._read_handles[lid] = fut
-            try:
-                h = await self._storage.io(self._client.open_ledger(lid, recovery=False), f"open ledger {lid}")
-            except BaseException as e:
-                del self._read_handles[lid]
-                fut.set_exception(e)
-                fut.exception()  # retrieved: other waiters re-raise it themselves
-                raise
-            fut.set_result(h)
-            return h
-        return await asyncio.shield(fut)
+        return await self._reader.read_runs(runs)
 
     def _slowest_reader(self) -> Position | None:
         """Smallest read position of open cursors (cache eviction); ``None`` with no open cursors."""
@@ -612,39 +528,12 @@ class ManagedLedgerImpl(ManagedLedger):
     async def store_cursor_state(
         self, cursor: str, data: bytes, version: int, *, wanted: Callable[[], bool] | None = None
     ) -> int | None:
-        """CAS-write a durable cursor's stored state (:data:`NOT_EXISTS`: create it); its new version.
-
-        A version conflict is ours to override only while we own the ledger (it is then e.g. a
-        late write of a previous owner, or a node left by a crashed delete); otherwise the ledger
-        is fenced. ``None`` when, after a conflict, ``wanted()`` says the write is no longer wanted.
-        """
-        path = cursor_path(self.name, cursor)
-        create = version == NOT_EXISTS
-        what = "create cursor" if create else "persist cursor"
-        try:
-            stat = await self._storage.io(self._store.put(path, data, version), what)
-        except BadVersionError:
-            why = "a cursor was created by another owner" if create else f"cursor {cursor} was updated by another owner"
-            await self._check_still_owner(why)
-            if wanted is not None and not wanted():
-                return None
-            cur = await self._storage.io(self._store.get(path), "read cursor")
-            stat = await self._storage.io(self._store.put(path, data, cur.stat.version if cur else NOT_EXISTS), what)
-        return stat.version
+        """CAS-write a durable cursor's stored state (see :meth:`LedgerStorage.store_cursor_state`)."""
+        return await self._storage.store_cursor_state(cursor, data, version, wanted=wanted)
 
     async def delete_cursor_state(self, cursor: str, version: int) -> None:
-        """CAS-delete a cursor's node; a version conflict is overridden only while we own the ledger."""
-        path = cursor_path(self.name, cursor)
-        try:
-            try:
-                await self._storage.io(self._store.delete(path, version), "delete cursor")
-            except BadVersionError:
-                await self._check_still_owner(f"cursor {cursor} was updated by another owner")
-                await self._storage.io(self._store.delete(path), "delete cursor")
-        except NotFoundError:
-            pass
-        except MetadataError as e:
-            raise ManagedLedgerError(f"{self.name}: cannot delete cursor {cursor}: {e}") from e
+        """CAS-delete a cursor's stored state (see :meth:`LedgerStorage.delete_cursor_state`)."""
+        await self._storage.delete_cursor_state(cursor, version)
 
     # ------------------------------------------------------------------ trimming
 
@@ -707,7 +596,7 @@ class ManagedLedgerImpl(ManagedLedger):
                 return []
             remaining = [self._ledgers[i] for i in self._ledger_ids if i not in doomed]
             try:
-                await self._write_info(remaining)
+                await self._storage.write_info(remaining, self._properties)
             except ManagedLedgerFencedError:
                 return []
             except ManagedLedgerError as e:
@@ -728,9 +617,7 @@ class ManagedLedgerImpl(ManagedLedger):
             self._closed_entries -= li.entries
             self._closed_size -= li.size
         self._cache.evict_ledger(lid)
-        fut = self._read_handles.pop(lid, None)
-        if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
-            self._storage.spawn(self._storage.close_handle_quietly(fut.result()))
+        self._reader.forget_ledger(lid)
 
     def _move_cursors_past_trimmed(self) -> None:
         if not self._ledger_ids:
@@ -800,14 +687,11 @@ class ManagedLedgerImpl(ManagedLedger):
             async with self._meta_lock:
                 try:
                     await self._writer.seal()
-                    await self._write_info([self._ledgers[i] for i in self._ledger_ids])
+                    await self._storage.write_info([self._ledgers[i] for i in self._ledger_ids], self._properties)
                 except (ManagedLedgerError, LedgerError) as e:
                     log.warning("%s: could not seal the current ledger on close: %s", self.name, e)
         await self._writer.release(close_handle=not sealing)
-        for fut in self._read_handles.values():
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                await self._storage.close_handle_quietly(fut.result())
-        self._read_handles.clear()
+        await self._reader.close()
         self._cache.close()
         self._storage.cancel_tasks()
 
@@ -816,7 +700,7 @@ class ManagedLedgerImpl(ManagedLedger):
         self._factory.forget(self)
         for lid in list(self._ledger_ids):
             await self._storage.delete_ledger_quietly(lid)
-        await self._storage.io(self._store.delete_recursive(self._path), "delete metadata")
+        await self._storage.delete_metadata()
 
     def __repr__(self) -> str:
         return f"ManagedLedgerImpl({self.name!r}, {self._state.value}, ledgers={self._ledger_ids})"
