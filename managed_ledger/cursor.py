@@ -92,8 +92,8 @@ class CursorLedger(Protocol):
 class ManagedCursorImpl(ManagedCursor):
     """:class:`ManagedCursor` of a :class:`~magnetar.managed_ledger.ledger.ManagedLedgerImpl`.
 
-    It reaches its ledger only through :class:`CursorLedger`. Methods without a docstring in
-    :class:`ManagedCursor` (``create``, ``close_now``, ``wake``...) are for the ledger.
+    It reaches its ledger only through :class:`CursorLedger`. Its public methods beyond
+    :class:`ManagedCursor` (``recovered``, ``create``, ``wake``, ``close_now``, ``remove``...) are for that ledger.
     """
 
     def __init__(
