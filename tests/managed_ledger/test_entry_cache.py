@@ -36,3 +36,13 @@ def test_oldest_of_biggest_when_nothing_is_read() -> None:
     assert cache.size == 0
     a.close()
     assert cache.size == 0
+
+
+def test_closing_a_replaced_slice_keeps_its_successor() -> None:
+    cache = EntryCache(max_bytes=1000)
+    old = cache.for_ledger("t", lambda: None)
+    new = cache.for_ledger("t", lambda: None)  # the ledger was reopened
+    old.close()  # the old instance's late close must not detach the new slice
+    for i in range(11):
+        new.insert(P(1, i), b"x" * 100)
+    assert cache.size <= 850  # the new slice is still managed, so eviction reached it
