@@ -1,109 +1,248 @@
 """Broker configuration, with Pulsar's setting names.
 
-Settings are dataclass fields in snake_case; each is also known by Pulsar's camelCase name
-(``max_message_size`` <-> ``maxMessageSize``). Sources, later wins: defaults, a
-``key=value`` properties file (Pulsar's ``broker.conf`` / ``standalone.conf`` format),
-environment variables ``MAGNETAR_<name>`` (either spelling), command-line flags.
+Every setting is a typed field of :class:`BrokerConfig` with one default and a description
+(``field(metadata={"doc": ...})``, readable at run time through :func:`settings`). Fields are
+snake_case; each is also known by Pulsar's camelCase name (``max_message_size`` <->
+``maxMessageSize``). Sources, later wins: defaults, a ``key=value`` properties file (Pulsar's
+``broker.conf`` / ``standalone.conf`` format), environment variables ``MAGNETAR_<name>`` (either
+spelling), command-line flags.
+
+Defaults are Pulsar 4.x's (``ServiceConfiguration``) unless a field's description says otherwise.
+Names Magnetar does not know are accepted and logged once, as Pulsar ignores unknown keys of
+``broker.conf``: an operator's config map written for Pulsar never stops a broker.
+
+``python -m magnetar.broker.config --markdown`` prints the README's settings table.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import logging
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
+
+def _setting(default: Any, doc: str) -> Any:
+    """A setting's field: its one default and its description (shown in the README table)."""
+    return field(default=default, metadata={"doc": doc})
+
 
 @dataclass(slots=True)
 class BrokerConfig:
-    """Every broker setting Magnetar understands (defaults as in Pulsar's standalone.conf)."""
+    """Every broker setting Magnetar understands."""
 
-    cluster_name: str = "standalone"
-    bind_address: str = "0.0.0.0"
-    #: Host name in this broker's URLs; blank: the internal listener's host, else ``localhost``.
-    #: Must stay blank when ``advertised_listeners`` is set.
-    advertised_address: str = ""
-    #: Named routes to this broker, ``name:pulsar://host:port[,name:pulsar+ssl://host:port],...``: a client's
-    #: ``listener_name`` picks the URLs its lookups answer with (e.g. an external address outside Kubernetes).
-    advertised_listeners: str = ""
-    #: The listener giving this broker's own URLs (blank: the first of ``advertised_listeners``).
-    internal_listener_name: str = ""
-    #: Extra sockets, ``name:pulsar://host:port,...`` (PIP-95): lookups arriving on one without a listener
-    #: name answer with that listener's URLs.
-    bind_addresses: str = ""
-    broker_service_port: int = 6650
-    web_service_port: int = 8080
-    data_dir: str = "data"
-    #: Metadata store of a cluster broker (``etcd://host:port[,host:port]``); standalone embeds its own.
-    metadata_store_url: str = ""
-    #: Run bookie auto-recovery inside this (cluster) broker (BookKeeper's autoRecoveryDaemonEnabled).
-    auto_recovery_daemon_enabled: bool = True
-    #: Seconds between auto-recovery passes (auditorPeriodicCheckInterval, here in seconds).
-    auditor_periodic_check_interval: float = 30
-    #: Seconds a bookie must be gone before its ledgers are re-replicated (BookKeeper's lostBookieRecoveryDelay).
-    lost_bookie_recovery_delay: float = 30
-    #: Largest message (payload + metadata) a producer may send; the frame limit adds 10 KiB.
-    max_message_size: int = 5 * 1024 * 1024
-    keep_alive_interval_seconds: int = 30
-    #: Advertise and serve topic-list watchers (PIP-145, WATCH_TOPIC_LIST) in CONNECTED's feature flags.
-    enable_broker_topic_list_watcher: bool = True
-    #: Evaluate clients' topics patterns on the broker; off: WATCH_TOPIC_LIST is refused (NotAllowedError).
-    enable_broker_side_subscription_pattern_evaluation: bool = True
-    #: Longest topics pattern a WATCH_TOPIC_LIST may carry (longer: refused with NotAllowedError).
-    subscription_pattern_max_length: int = 50
-    allow_auto_topic_creation: bool = True
-    allow_auto_topic_creation_type: str = "non-partitioned"
-    default_num_partitions: int = 1
-    #: Upper bound of a partitioned topic's partition count (0: the built-in ceiling of 100000).
-    max_num_partitions_per_partitioned_topic: int = 0
-    allow_auto_subscription_creation: bool = True
-    max_producers_per_topic: int = 0
-    max_consumers_per_subscription: int = 0
-    max_unacked_messages_per_consumer: int = 50_000
-    #: Track acknowledgements of single messages inside batches (clients' batchIndexAckEnabled): on by
-    #: default since Pulsar 4.1 (PIP-391); false restores the 3.x behaviour (a partly acked batch is
-    #: redelivered whole).
-    acknowledgment_at_batch_index_level_enabled: bool = True
-    dispatcher_max_read_batch_size: int = 100
-    #: Key_Shared with the pre-4.0 dispatcher: a joining consumer gets only entries read before it joined
-    #: until the mark-delete position reaches that point, instead of PIP-379's per-key "draining hashes".
-    subscription_key_shared_use_classic_persistent_implementation: bool = False
-    #: How often rates (msgRateIn, ...) are recomputed for stats and metrics.
-    stats_update_frequency_in_secs: int = 10
-    # Policy enforcement (Pulsar's names and defaults)
-    message_expiry_check_interval_in_minutes: float = 5
-    backlog_quota_check_enabled: bool = True
-    backlog_quota_check_interval_in_seconds: float = 60
-    subscription_expiry_check_interval_in_minutes: float = 5
-    broker_delete_inactive_topics_enabled: bool = True
-    broker_delete_inactive_topics_frequency_seconds: float = 60
-    # Storage (Pulsar's managedLedger* settings)
-    managed_ledger_default_ensemble_size: int = 1
-    managed_ledger_default_write_quorum: int = 1
-    managed_ledger_default_ack_quorum: int = 1
-    managed_ledger_max_entries_per_ledger: int = 50_000
-    managed_ledger_max_size_per_ledger_mbytes: int = 2048
-    managed_ledger_min_ledger_rollover_time_minutes: float = 10
-    managed_ledger_max_ledger_rollover_time_minutes: float = 240
-    managed_ledger_cursor_flush_interval_ms: int = 100
-    default_retention_time_in_minutes: int = 0
-    default_retention_size_in_mb: int = 0
-    # Bookie (standalone's in-process bookie)
-    journal_directory: str = ""
-    ledger_directories: str = ""
-    journal_sync_data: bool = True
-    extra: dict[str, str] = field(default_factory=dict)
+    # -- server
+    cluster_name: str = _setting("standalone", "Cluster this broker belongs to; created on a standalone's first start.")
+    bind_address: str = _setting("0.0.0.0", "Address the binary protocol and HTTP listeners bind to.")
+    advertised_address: str = _setting(
+        "",
+        "Host name in this broker's URLs (blank: the internal listener's host, else `localhost`); "
+        "must stay blank when `advertisedListeners` is set.",
+    )
+    advertised_listeners: str = _setting(
+        "",
+        "Named routes to this broker, `name:pulsar://host:port[,name:pulsar+ssl://host:port],...`: a client's "
+        "`listener_name` picks the URLs its lookups answer with.",
+    )
+    internal_listener_name: str = _setting(
+        "", "Listener giving this broker's own URLs (blank: the first of `advertisedListeners`)."
+    )
+    bind_addresses: str = _setting(
+        "", "Extra sockets `name:pulsar://host:port,...` (PIP-95); lookups on one default to listener `name`."
+    )
+    broker_service_port: int = _setting(6650, "Binary protocol port.")
+    web_service_port: int = _setting(8080, "HTTP port (admin REST API, lookups, metrics).")
+    data_dir: str = _setting("data", "Where a standalone keeps messages and metadata (Magnetar's own).")
+    metadata_store_url: str = _setting(
+        "", "Metadata store of a cluster broker (`etcd://host:port[,host:port]`); standalone embeds its own."
+    )
+    max_message_size: int = _setting(
+        5 * 1024 * 1024, "Largest message (payload + metadata) a producer may send; frames may be 10 KiB larger."
+    )
+    keep_alive_interval_seconds: int = _setting(30, "PING interval; a peer silent for two intervals is dropped.")
+    enable_broker_topic_list_watcher: bool = _setting(
+        True, "Serve and advertise topic-list watchers (PIP-145, WATCH_TOPIC_LIST)."
+    )
+    enable_broker_side_subscription_pattern_evaluation: bool = _setting(
+        True, "Evaluate clients' topics patterns on the broker; off: WATCH_TOPIC_LIST is refused (NotAllowedError)."
+    )
+    subscription_pattern_max_length: int = _setting(
+        50, "Longest topics pattern a WATCH_TOPIC_LIST may carry (longer: refused with NotAllowedError)."
+    )
+    stats_update_frequency_in_secs: int = _setting(
+        10, "How often rates (msgRateIn, ...) are recomputed for stats and metrics (Pulsar: 60)."
+    )
+    topic_level_policies_enabled: bool = _setting(
+        True, "Serve topic-level policies; when false their admin endpoints answer 405."
+    )
+    # -- auto-recovery (BookKeeper's names; a cluster broker can run it in-process)
+    auto_recovery_daemon_enabled: bool = _setting(
+        True, "Run bookie auto-recovery inside this (cluster) broker (BookKeeper's autoRecoveryDaemonEnabled)."
+    )
+    auditor_periodic_check_interval: float = _setting(
+        30, "Seconds between auto-recovery passes (BookKeeper's auditorPeriodicCheckInterval)."
+    )
+    lost_bookie_recovery_delay: float = _setting(
+        30, "Seconds a bookie must be gone before its ledgers are re-replicated (BookKeeper's lostBookieRecoveryDelay)."
+    )
+    # -- topics and subscriptions
+    allow_auto_topic_creation: bool = _setting(True, "Create topics on first use.")
+    allow_auto_topic_creation_type: str = _setting(
+        "non-partitioned", "Type of auto-created topics: `non-partitioned` or `partitioned`."
+    )
+    default_num_partitions: int = _setting(1, "Partitions of an auto-created partitioned topic.")
+    max_num_partitions_per_partitioned_topic: int = _setting(
+        0, "Upper bound of a partitioned topic's partition count (0: the built-in ceiling of 100000)."
+    )
+    allow_auto_subscription_creation: bool = _setting(True, "Create subscriptions on first subscribe.")
+    max_producers_per_topic: int = _setting(0, "Producers a topic accepts (0: unlimited).")
+    max_consumers_per_topic: int = _setting(0, "Consumers a topic accepts (0: unlimited).")
+    max_consumers_per_subscription: int = _setting(0, "Consumers a subscription accepts (0: unlimited).")
+    max_subscriptions_per_topic: int = _setting(0, "Subscriptions a topic accepts (0: unlimited).")
+    max_unacked_messages_per_consumer: int = _setting(
+        50_000, "Shared consumers stop receiving while they hold this many unacknowledged messages (0: unlimited)."
+    )
+    max_unacked_messages_per_subscription: int = _setting(
+        200_000, "Unacknowledged messages per Shared subscription (0: unlimited); the applied default of the policy."
+    )
+    acknowledgment_at_batch_index_level_enabled: bool = _setting(
+        True,
+        "Track acknowledgements of single messages inside batches (Pulsar 4.1, PIP-391); false restores the 3.x "
+        "behaviour (a partly acked batch is redelivered whole).",
+    )
+    dispatcher_max_read_batch_size: int = _setting(100, "Entries read from storage per dispatch round.")
+    # -- namespace defaults and limits
+    default_number_of_namespace_bundles: int = _setting(
+        1, "Bundles of a namespace created without a bundle count (Pulsar: 4)."
+    )
+    load_balancer_namespace_maximum_bundles: int = _setting(128, "Most bundles a namespace may have.")
+    force_delete_namespace_allowed: bool = _setting(True, "Allow `force=true` namespace deletion (Pulsar: false).")
+    force_delete_tenant_allowed: bool = _setting(True, "Allow `force=true` tenant deletion (Pulsar: false).")
+    # -- message TTL, backlog quotas, expiry of subscriptions and topics
+    ttl_duration_default_in_seconds: int = _setting(
+        0, "Message TTL of namespaces and topics without their own (0: none)."
+    )
+    message_expiry_check_interval_in_minutes: float = _setting(5, "How often expired messages are acknowledged.")
+    backlog_quota_check_enabled: bool = _setting(True, "Enforce backlog quotas.")
+    backlog_quota_check_interval_in_seconds: float = _setting(60, "How often backlog quotas are checked.")
+    backlog_quota_default_limit_bytes: int = _setting(
+        -1, "Backlog quota by size of topics without their own (bytes; negative: none)."
+    )
+    backlog_quota_default_limit_second: int = _setting(
+        -1, "Backlog quota by age of topics without their own (seconds; negative: none)."
+    )
+    backlog_quota_default_retention_policy: str = _setting(
+        "producer_request_hold",
+        "What an exceeded default quota does: `producer_request_hold`, `producer_exception` or "
+        "`consumer_backlog_eviction`.",
+    )
+    subscription_expiration_time_minutes: int = _setting(0, "Delete subscriptions inactive this long (0: never).")
+    subscription_expiry_check_interval_in_minutes: float = _setting(
+        5, "How often inactive subscriptions are looked for."
+    )
+    broker_delete_inactive_topics_enabled: bool = _setting(True, "Delete inactive topics.")
+    broker_delete_inactive_topics_frequency_seconds: float = _setting(60, "How often inactive topics are looked for.")
+    broker_delete_inactive_topics_mode: str = _setting(
+        "delete_when_no_subscriptions",
+        "Which inactive topics go: `delete_when_no_subscriptions` or `delete_when_subscriptions_caught_up`.",
+    )
+    broker_delete_inactive_topics_max_inactive_duration_seconds: int | None = _setting(
+        None, "Seconds a topic must be inactive before deletion (unset: the check frequency)."
+    )
+    # -- deduplication
+    broker_deduplication_enabled: bool = _setting(
+        False, "Deduplicate messages of namespaces and topics that do not decide for themselves."
+    )
+    broker_deduplication_entries_interval: int = _setting(
+        1000, "Entries between snapshots of a topic's deduplication state."
+    )
+    # -- delayed delivery
+    delayed_delivery_enabled: bool = _setting(
+        True, "Hold messages with a delivery time until it comes (Shared and Key_Shared)."
+    )
+    delayed_delivery_tick_time_millis: int = _setting(
+        1000, "Resolution of delayed delivery: a message may go out this much early unless strict."
+    )
+    delayed_delivery_max_delay_in_millis: int = _setting(
+        0, "Longest delivery delay (0: unlimited); reported in the applied delayed-delivery policy."
+    )
+    is_delayed_delivery_deliver_at_time_strict: bool = _setting(
+        False, "Never deliver a delayed message before its time (otherwise up to one tick early)."
+    )
+    # -- Key_Shared
+    subscription_key_shared_use_classic_persistent_implementation: bool = _setting(
+        False,
+        "Key_Shared with the pre-4.0 dispatcher (a joining consumer gets only entries read before it joined) "
+        "instead of PIP-379's draining hashes.",
+    )
+    subscription_key_shared_use_consistent_hashing: bool = _setting(
+        False, "Key_Shared auto-split by consistent hashing instead of hash ranges (Pulsar: true)."
+    )
+    subscription_key_shared_consistent_hashing_replica_points: int = _setting(
+        100, "Points per consumer on the consistent-hashing ring."
+    )
+    key_shared_look_ahead_msg_in_replay_threshold_per_subscription: int = _setting(
+        20_000, "Key_Shared stops reading ahead while this many entries wait for busy keys."
+    )
+    # -- schemas
+    schema_compatibility_strategy: str = _setting(
+        "FULL", "Schema compatibility of namespaces and topics without their own strategy."
+    )
+    is_allow_auto_update_schema_enabled: bool = _setting(
+        True, "Producers may register new schema versions (namespaces' `is_allow_auto_update_schema` default)."
+    )
+    # -- storage (Pulsar's managedLedger* settings)
+    managed_ledger_default_ensemble_size: int = _setting(
+        1, "Bookies per ledger (E) (Pulsar's broker.conf: 2; standalone.conf and Magnetar: 1)."
+    )
+    managed_ledger_default_write_quorum: int = _setting(
+        1, "Copies of each entry (Qw) (Pulsar's broker.conf: 2; standalone.conf and Magnetar: 1)."
+    )
+    managed_ledger_default_ack_quorum: int = _setting(
+        1, "Copies acknowledged before a write completes (Qa) (Pulsar's broker.conf: 2; standalone.conf: 1)."
+    )
+    managed_ledger_max_ensemble_size: int = _setting(5, "Largest ensemble a persistence policy may ask for.")
+    managed_ledger_max_write_quorum: int = _setting(5, "Largest write quorum a persistence policy may ask for.")
+    managed_ledger_max_ack_quorum: int = _setting(5, "Largest ack quorum a persistence policy may ask for.")
+    managed_ledger_default_mark_delete_rate_limit: float = _setting(
+        1.0, "Mark-delete rate of the applied persistence policy (reported; acks are persisted by flush interval)."
+    )
+    managed_ledger_max_entries_per_ledger: int = _setting(50_000, "Ledger rollover by entries.")
+    managed_ledger_max_size_per_ledger_mbytes: int = _setting(2048, "Ledger rollover by size.")
+    managed_ledger_min_ledger_rollover_time_minutes: float = _setting(
+        10, "A ledger is not rolled over before this age."
+    )
+    managed_ledger_max_ledger_rollover_time_minutes: float = _setting(240, "A ledger is rolled over at this age.")
+    managed_ledger_cursor_flush_interval_ms: int = _setting(
+        100, "Cursor acks are persisted in groups at this interval; ACKs with a receipt wait for it (Magnetar's own)."
+    )
+    default_retention_time_in_minutes: int = _setting(
+        0, "Keep acknowledged data this long (-1: forever) where no retention policy is set."
+    )
+    default_retention_size_in_mb: int = _setting(
+        0, "Keep this much acknowledged data (-1: unlimited) where no retention policy is set."
+    )
+    # -- bookie (standalone's in-process bookie)
+    journal_directory: str = _setting("", "Bookie journal directory (empty: `<dataDir>/bookie/journal`).")
+    ledger_directories: str = _setting("", "Bookie entry-log directories (empty: `<dataDir>/bookie/ledgers`).")
+    journal_sync_data: bool = _setting(True, "fdatasync the journal before acknowledging an add.")
+    #: Settings given that Magnetar does not know, kept verbatim (the admin API's configuration lists them).
+    extra: dict[str, str] = field(default_factory=dict, metadata={"internal": True})
 
     @property
     def max_frame_size(self) -> int:
         return self.max_message_size + 10 * 1024
 
     def apply(self, values: dict[str, Any]) -> list[str]:
-        """Set known settings from ``values`` (either spelling); returns the unknown keys."""
+        """Set known settings from ``values`` (either spelling); returns the unknown keys (kept in ``extra``)."""
         unknown = []
-        names = {f.name: f for f in dataclasses.fields(self) if f.name != "extra"}
+        names = {f.name: f for f in settings()}
         for key, raw in values.items():
             name = snake_case(key)
             f = names.get(name)
@@ -116,9 +255,14 @@ class BrokerConfig:
 
     def to_pulsar_dict(self) -> dict[str, Any]:
         """Settings under Pulsar's camelCase names (for the admin API's configuration endpoints)."""
-        out = {camel_case(f.name): getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out = {camel_case(f.name): getattr(self, f.name) for f in settings()}
         out.update(self.extra)
         return out
+
+
+def settings() -> list[dataclasses.Field[Any]]:
+    """The settings' fields, in declaration order (each with ``metadata["doc"]``)."""
+    return [f for f in dataclasses.fields(BrokerConfig) if not f.metadata.get("internal")]
 
 
 def snake_case(name: str) -> str:
@@ -134,6 +278,11 @@ def camel_case(name: str) -> str:
 
 def _coerce(type_name: Any, raw: Any, key: str) -> Any:
     text = str(raw).strip()
+    optional = isinstance(type_name, str) and type_name.endswith(" | None")
+    if optional:
+        if raw is None or text == "":
+            return None
+        type_name = type_name.removesuffix(" | None")
     try:
         if type_name in ("bool", bool):
             if isinstance(raw, bool):
@@ -166,6 +315,10 @@ def read_properties(path: Path) -> dict[str, str]:
     return values
 
 
+#: ``MAGNETAR_*`` variables that configure other parts of the process, not the broker.
+_NOT_SETTINGS = re.compile(r"LOG_LEVEL|OPERATOR_.*")
+
+
 def load_config(
     config_file: str | None,
     overrides: dict[str, Any],
@@ -173,13 +326,55 @@ def load_config(
     defaults: dict[str, Any] | None = None,
 ) -> BrokerConfig:
     """Build the effective configuration: defaults (``defaults`` over the built-in ones) < file <
-    ``MAGNETAR_*`` env < ``overrides``."""
+    ``MAGNETAR_*`` env < ``overrides``. Unknown names are logged once and otherwise ignored."""
     config = BrokerConfig()
+    unknown: list[str] = []
     if defaults:
-        config.apply(defaults)
+        unknown += config.apply(defaults)
     if config_file:
-        config.apply(read_properties(Path(config_file)))
+        unknown += config.apply(read_properties(Path(config_file)))
     env = os.environ if env is None else env
-    config.apply({k[len("MAGNETAR_") :]: v for k, v in env.items() if k.startswith("MAGNETAR_")})
-    config.apply({k: v for k, v in overrides.items() if v is not None})
+    unknown += config.apply(
+        {
+            k[len("MAGNETAR_") :]: v
+            for k, v in env.items()
+            if k.startswith("MAGNETAR_") and not _NOT_SETTINGS.fullmatch(k[len("MAGNETAR_") :])
+        }
+    )
+    unknown += config.apply({k: v for k, v in overrides.items() if v is not None})
+    if unknown:
+        log.warning("ignoring settings Magnetar does not implement: %s", ", ".join(sorted(set(unknown))))
     return config
+
+
+# ---------------------------------------------------------------------------------------- documentation
+def _markdown_default(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if value == "":
+        return "(empty)"
+    return f"`{value}`"
+
+
+def markdown_table() -> str:
+    """The README's settings table: one row per setting, from the fields' defaults and descriptions."""
+    rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{camel_case(f.name)}` | {_markdown_default(f.default)} | {f.metadata['doc']} |" for f in settings()]
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m magnetar.broker.config", description=__doc__)
+    parser.add_argument("--markdown", action="store_true", help="print the settings table (Markdown)")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown_table(), end="")
+    else:
+        parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -490,7 +490,7 @@ class _FakeSubscription:
 
     def __init__(self, classic: bool = False, **settings: str) -> None:
         config = BrokerConfig()
-        config.extra.update(settings)
+        config.apply(settings)
         config.subscription_key_shared_use_classic_persistent_implementation = classic
         self.ledger = _FakeLedger()
         self.cursor = _FakeCursor(self.ledger)
