@@ -333,11 +333,11 @@ def load_config(
         unknown += config.apply(defaults)
     if config_file:
         unknown += config.apply(read_properties(Path(config_file)))
-    env = os.environ if env is None else env
+    variables = os.environ if env is None else env
     unknown += config.apply(
         {
             k[len("MAGNETAR_") :]: v
-            for k, v in env.items()
+            for k, v in variables.items()
             if k.startswith("MAGNETAR_") and not _NOT_SETTINGS.fullmatch(k[len("MAGNETAR_") :])
         }
     )

@@ -15,7 +15,6 @@ import logging
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from magnetar.broker.policies import setting
 from magnetar.broker.protocol.frames import parse_metadata
 from magnetar.managed_ledger.api import InitialPosition, ManagedCursor, Position
 
@@ -43,7 +42,7 @@ class Deduplication:
         self.persisted: dict[str, int] = {}
         self._cursor: ManagedCursor | None = None
         self._since_snapshot = 0
-        self._interval = int(setting(topic.service.config, "brokerDeduplicationEntriesInterval", 1000))
+        self._interval = topic.service.config.broker_deduplication_entries_interval
 
     async def enable(self) -> None:
         """Turn deduplication on: recover the snapshot and replay what was written after it."""

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import mmh3
 
 from magnetar.broker.consumer import Consumer
-from magnetar.broker.policies import setting
 from magnetar.broker.protocol.frames import EntryMeta, entry_meta
 from magnetar.managed_ledger.api import Entry, Position
 
@@ -351,7 +350,7 @@ class DelayedDeliveryTracker:
         eff = topic.effective
         enabled = eff.delayed_delivery_enabled if eff is not None else True
         tick = eff.delayed_delivery_tick_ms if eff is not None else 1000
-        strict = bool(setting(topic.service.config, "isDelayedDeliveryDeliverAtTimeStrict", False))
+        strict = topic.service.config.is_delayed_delivery_deliver_at_time_strict
         return enabled, tick, strict
 
     def hold(self, entries: list[Entry], metas: list[EntryMeta]) -> tuple[list[Entry], list[EntryMeta]]:

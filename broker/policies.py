@@ -331,9 +331,9 @@ def setting(config: BrokerConfig, name: str, default: _T) -> _T:
 
 def default_backlog_quota(config: BrokerConfig, quota_type: str = "destination_storage") -> BacklogQuota:
     """The broker-wide quota (``backlogQuotaDefaultLimitBytes`` / ``backlogQuotaDefaultLimitSecond``)."""
-    size = int(setting(config, "backlogQuotaDefaultLimitBytes", -1))
-    seconds = int(setting(config, "backlogQuotaDefaultLimitSecond", -1))
-    policy = str(setting(config, "backlogQuotaDefaultRetentionPolicy", "producer_request_hold"))
+    size = config.backlog_quota_default_limit_bytes
+    seconds = config.backlog_quota_default_limit_second
+    policy = config.backlog_quota_default_retention_policy
     if policy not in ("producer_request_hold", "producer_exception", "consumer_backlog_eviction"):
         policy = "producer_request_hold"
     return BacklogQuota(limitSize=size, limitTime=max(min(seconds, 2**31 - 1), -(2**31)), policy=policy)
@@ -399,9 +399,9 @@ def retention_fits_quotas(
 
 def validate_persistence(persistence: PersistencePolicies, config: BrokerConfig) -> None:
     """Pulsar's ``validatePersistencePolicies`` (400): 0 < ack <= write <= ensemble, each under its max."""
-    max_e = int(setting(config, "managedLedgerMaxEnsembleSize", 5))
-    max_w = int(setting(config, "managedLedgerMaxWriteQuorum", 5))
-    max_a = int(setting(config, "managedLedgerMaxAckQuorum", 5))
+    max_e = config.managed_ledger_max_ensemble_size
+    max_w = config.managed_ledger_max_write_quorum
+    max_a = config.managed_ledger_max_ack_quorum
     e, w, a = persistence.bookkeeperEnsemble, persistence.bookkeeperWriteQuorum, persistence.bookkeeperAckQuorum
     if not 0 < e <= max_e:
         raise _rest_error(400, f"Bookkeeper-Ensemble must be <= {max_e} and > 0.")
@@ -428,7 +428,7 @@ def validate_auto_topic_creation(override: AutoTopicCreationOverride, config: Br
             problem = "[defaultNumPartitions] is not allowed to be set when the type is non-partition."
     if problem:
         raise _rest_error(412, f"Invalid configuration for autoTopicCreationOverride. the detail is {problem}")
-    max_partitions = int(setting(config, "maxNumPartitionsPerPartitionedTopic", 0))
+    max_partitions = config.max_num_partitions_per_partitioned_topic
     if (
         override.topicType == "partitioned"
         and max_partitions > 0
@@ -441,7 +441,7 @@ def validate_namespace_policies(policies: Policies, config: BrokerConfig) -> Non
     """What Pulsar checks in a namespace-creation body (after tenant/cluster checks)."""
     if policies.message_ttl_in_seconds is not None and policies.message_ttl_in_seconds < 0:
         raise _rest_error(412, "Invalid value for message TTL")
-    max_bundles = int(setting(config, "loadBalancerNamespaceMaximumBundles", 128))
+    max_bundles = config.load_balancer_namespace_maximum_bundles
     if policies.bundles is not None and policies.bundles.numBundles > max_bundles:
         raise _rest_error(412, f"Invalid number of bundles: {policies.bundles.numBundles} (at most {max_bundles})")
     if policies.bundles is not None and policies.bundles.numBundles > 0 and policies.bundles.boundaries:
@@ -449,7 +449,7 @@ def validate_namespace_policies(policies: Policies, config: BrokerConfig) -> Non
     elif policies.bundles is not None and policies.bundles.numBundles > 0:
         policies.bundles = bundles_data(policies.bundles.numBundles)
     else:
-        policies.bundles = bundles_data(min(int(setting(config, "defaultNumberOfNamespaceBundles", 1)), max_bundles))
+        policies.bundles = bundles_data(min(config.default_number_of_namespace_bundles, max_bundles))
     if policies.persistence is not None:
         validate_persistence(policies.persistence, config)
     if policies.retention_policies is not None:
@@ -579,35 +579,33 @@ def resolve(config: BrokerConfig, ns: Policies | None, tp: TopicPolicies | None)
         inactive_seconds = inactive.maxInactiveDurationSeconds
         inactive_enabled = inactive.deleteWhileInactive
     else:
-        inactive_mode = str(setting(config, "brokerDeleteInactiveTopicsMode", "delete_when_no_subscriptions"))
-        frequency = int(setting(config, "brokerDeleteInactiveTopicsFrequencySeconds", 60))
+        inactive_mode = config.broker_delete_inactive_topics_mode
         inactive_seconds = int(
-            _first(setting(config, "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds", None), frequency)
+            _first(
+                config.broker_delete_inactive_topics_max_inactive_duration_seconds,
+                config.broker_delete_inactive_topics_frequency_seconds,
+            )
         )
-        inactive_enabled = bool(setting(config, "brokerDeleteInactiveTopicsEnabled", True))
+        inactive_enabled = config.broker_delete_inactive_topics_enabled
 
-    strategy = tp.schemaCompatibilityStrategy
+    strategy: str | None = tp.schemaCompatibilityStrategy
     if strategy in (None, "UNDEFINED"):
         strategy = nsp.schema_compatibility_strategy
     if strategy == "UNDEFINED":
         strategy = _FROM_AUTO_UPDATE.get(nsp.schema_auto_update_compatibility_strategy or "", "UNDEFINED")
     if strategy == "UNDEFINED":
-        strategy = str(setting(config, "schemaCompatibilityStrategy", "FULL")).upper()
+        strategy = config.schema_compatibility_strategy.upper()
 
     return EffectivePolicies(
         retention_time_minutes=retention.retentionTimeInMinutes,
         retention_size_mb=retention.retentionSizeInMB,
         message_ttl_seconds=int(
-            _first(
-                tp.messageTTLInSeconds, nsp.message_ttl_in_seconds, setting(config, "ttlDurationDefaultInSeconds", 0)
-            )
+            _first(tp.messageTTLInSeconds, nsp.message_ttl_in_seconds, config.ttl_duration_default_in_seconds)
         ),
         backlog_quota_size=quota("destination_storage", "limitSize"),
         backlog_quota_time=quota("message_age", "limitTime"),
         deduplication_enabled=bool(
-            _first(
-                tp.deduplicationEnabled, nsp.deduplicationEnabled, setting(config, "brokerDeduplicationEnabled", False)
-            )
+            _first(tp.deduplicationEnabled, nsp.deduplicationEnabled, config.broker_deduplication_enabled)
         ),
         allow_auto_topic_creation=bool(allow_topic),
         auto_topic_creation_type=str(topic_type),
@@ -619,43 +617,43 @@ def resolve(config: BrokerConfig, ns: Policies | None, tp: TopicPolicies | None)
             _first(
                 tp.delayedDeliveryEnabled,
                 delayed.active if delayed else None,
-                setting(config, "delayedDeliveryEnabled", True),
+                config.delayed_delivery_enabled,
             )
         ),
         delayed_delivery_tick_ms=int(
             _first(
                 tp.delayedDeliveryTickTimeMillis,
                 delayed.tickTime if delayed else None,
-                setting(config, "delayedDeliveryTickTimeMillis", 1000),
+                config.delayed_delivery_tick_time_millis,
             )
         ),
         ensemble_size=persistence.bookkeeperEnsemble if persistence else config.managed_ledger_default_ensemble_size,
         write_quorum=persistence.bookkeeperWriteQuorum if persistence else config.managed_ledger_default_write_quorum,
         ack_quorum=persistence.bookkeeperAckQuorum if persistence else config.managed_ledger_default_ack_quorum,
         subscription_expiration_minutes=int(
-            _first(nsp.subscription_expiration_time_minutes, setting(config, "subscriptionExpirationTimeMinutes", 0))
+            _first(nsp.subscription_expiration_time_minutes, config.subscription_expiration_time_minutes)
         ),
         inactive_topic_delete_mode=inactive_mode,
         inactive_topic_max_seconds=inactive_seconds,
         inactive_topic_delete_while_inactive=inactive_enabled,
         max_producers_per_topic=int(
-            _first(tp.maxProducerPerTopic, nsp.max_producers_per_topic, setting(config, "maxProducersPerTopic", 0))
+            _first(tp.maxProducerPerTopic, nsp.max_producers_per_topic, config.max_producers_per_topic)
         ),
         max_consumers_per_topic=int(
-            _first(tp.maxConsumerPerTopic, nsp.max_consumers_per_topic, setting(config, "maxConsumersPerTopic", 0))
+            _first(tp.maxConsumerPerTopic, nsp.max_consumers_per_topic, config.max_consumers_per_topic)
         ),
         max_consumers_per_subscription=int(
             _first(
                 tp.maxConsumersPerSubscription,
                 nsp.max_consumers_per_subscription,
-                setting(config, "maxConsumersPerSubscription", 0),
+                config.max_consumers_per_subscription,
             )
         ),
         max_unacked_messages_per_consumer=int(
             _first(
                 tp.maxUnackedMessagesOnConsumer,
                 nsp.max_unacked_messages_per_consumer,
-                setting(config, "maxUnackedMessagesPerConsumer", 50_000),
+                config.max_unacked_messages_per_consumer,
             )
         ),
         schema_compatibility_strategy=str(strategy),

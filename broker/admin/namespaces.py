@@ -46,7 +46,6 @@ from magnetar.broker.policies import (
     default_namespace_policies,
     policy_store_of,
     retention_fits_quotas,
-    setting,
     validate_auto_topic_creation,
     validate_namespace_policies,
     validate_persistence,
@@ -105,11 +104,6 @@ def backlog_quota_type(request: web.Request) -> str:
     if value not in ("destination_storage", "message_age"):
         raise bad_request(f"Invalid backlogQuotaType: {value!r} (destination_storage or message_age)")
     return value
-
-
-def force_delete_allowed(service: Any, name: str) -> bool:
-    """``forceDeleteNamespaceAllowed`` / ``forceDeleteTenantAllowed`` (Magnetar allows by default)."""
-    return bool(setting(service.config, name, True))
 
 
 def _is_system_topic(name: str) -> bool:
@@ -182,7 +176,7 @@ async def get_policies(request: web.Request) -> web.Response:
     config = service_of(request).config
     if policies.is_allow_auto_update_schema is None:
         # Pulsar answers the broker default for namespaces created before the field existed.
-        policies.is_allow_auto_update_schema = bool(setting(config, "isAllowAutoUpdateSchemaEnabled", True))
+        policies.is_allow_auto_update_schema = config.is_allow_auto_update_schema_enabled
     return json_response(policies.to_json())
 
 
@@ -241,7 +235,7 @@ async def delete_namespace(request: web.Request) -> web.Response:
     force = query_bool(request, "force")
     query_bool(request, "authoritative")
     service = service_of(request)
-    if force and not force_delete_allowed(service, "forceDeleteNamespaceAllowed"):
+    if force and not service.config.force_delete_namespace_allowed:
         raise RestError(405, "Broker doesn't allow forced deletion of namespaces")
     await delete_namespace_records(service, ns, force=force)
     return no_content()

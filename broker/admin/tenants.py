@@ -20,7 +20,7 @@ from magnetar.broker.admin.api import (
     query_bool,
     service_of,
 )
-from magnetar.broker.admin.namespaces import delete_namespace_records, force_delete_allowed
+from magnetar.broker.admin.namespaces import delete_namespace_records
 from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import Policies, StrictModel, parse_stored
 from magnetar.broker.resources import GLOBAL_CLUSTER, Resources
@@ -148,7 +148,7 @@ async def delete_tenant(request: web.Request) -> web.Response:
     force = query_bool(request, "force")
     service = service_of(request)
     resources = service.resources
-    if force and not force_delete_allowed(service, "forceDeleteTenantAllowed"):
+    if force and not service.config.force_delete_tenant_allowed:
         raise RestError(405, "Broker doesn't allow forced deletion of tenants")
     if await resources.get_tenant(tenant) is None:
         raise not_found("Tenant doesn't exist")

@@ -30,6 +30,7 @@ from magnetar.broker.admin.api import (
     service_of,
 )
 from magnetar.broker.admin.namespaces import backlog_quota_type, optional_json
+from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import (
     AutoSubscriptionCreationOverride,
@@ -48,7 +49,6 @@ from magnetar.broker.policies import (
     default_backlog_quota,
     policy_store_of,
     resolve,
-    setting,
     validate_persistence,
     validate_retention,
 )
@@ -96,7 +96,7 @@ async def _context(request: web.Request) -> _Context:
     for name in ("applied", "isGlobal", "authoritative"):
         query_bool(request, name)
     ctx = _Context(request, topic)
-    if not setting(ctx.config, "topicLevelPoliciesEnabled", True):
+    if not ctx.config.topic_level_policies_enabled:
         raise RestError(405, "Topic level policies is disabled, to enable the topic level policy and retry.")
     if topic.partition_index >= 0:
         raise precondition_failed("Not allowed to set/get topic policy for a partition")
@@ -191,10 +191,10 @@ async def _retention_quota_check(ctx: _Context, retention: RetentionPolicies) ->
         )
 
 
-def _ns_or(attr: str, setting_name: str, default: Any) -> Callable[[_Context, Policies], Any]:
+def _ns_or(attr: str, broker_default: Callable[[BrokerConfig], Any]) -> Callable[[_Context, Policies], Any]:
     def fallback(ctx: _Context, ns: Policies) -> Any:
         value = getattr(ns, attr)
-        return value if value is not None else setting(ctx.config, setting_name, default)
+        return value if value is not None else broker_default(ctx.config)
 
     return fallback
 
@@ -202,21 +202,21 @@ def _ns_or(attr: str, setting_name: str, default: Any) -> Callable[[_Context, Po
 # Integer policies: (path segment, label, TopicPolicies attribute, reason for a negative value, applied fallback)
 for _segment, _label, _attr_name, _reason, _fallback in [
     ("maxProducers", "maximum producers", "maxProducerPerTopic", "maxProducers must be 0 or more",
-     _ns_or("max_producers_per_topic", "maxProducersPerTopic", 0)),
+     _ns_or("max_producers_per_topic", lambda c: c.max_producers_per_topic)),
     ("maxConsumers", "maximum consumers", "maxConsumerPerTopic", "maxConsumers must be 0 or more",
-     _ns_or("max_consumers_per_topic", "maxConsumersPerTopic", 0)),
+     _ns_or("max_consumers_per_topic", lambda c: c.max_consumers_per_topic)),
     ("maxConsumersPerSubscription", "maximum consumers per subscription", "maxConsumersPerSubscription",
      "Invalid value for maxConsumersPerSubscription",
-     _ns_or("max_consumers_per_subscription", "maxConsumersPerSubscription", 0)),
+     _ns_or("max_consumers_per_subscription", lambda c: c.max_consumers_per_subscription)),
     ("maxUnackedMessagesOnConsumer", "maximum unacknowledged messages per consumer", "maxUnackedMessagesOnConsumer",
      "maxUnackedNum must be 0 or more",
-     _ns_or("max_unacked_messages_per_consumer", "maxUnackedMessagesPerConsumer", 50_000)),
+     _ns_or("max_unacked_messages_per_consumer", lambda c: c.max_unacked_messages_per_consumer)),
     ("maxUnackedMessagesOnSubscription", "maximum unacknowledged messages per subscription",
      "maxUnackedMessagesOnSubscription", "maxUnackedNum must be 0 or more",
-     _ns_or("max_unacked_messages_per_subscription", "maxUnackedMessagesPerSubscription", 200_000)),
+     _ns_or("max_unacked_messages_per_subscription", lambda c: c.max_unacked_messages_per_subscription)),
     ("maxSubscriptionsPerTopic", "maximum subscriptions", "maxSubscriptionsPerTopic",
      "maxSubscriptionsPerTopic must be 0 or more",
-     _ns_or("max_subscriptions_per_topic", "maxSubscriptionsPerTopic", 0)),
+     _ns_or("max_subscriptions_per_topic", lambda c: c.max_subscriptions_per_topic)),
 ]:  # fmt: skip
     _register(_segment, _label, Int32, *_attr(_attr_name), _fallback, _non_negative(_reason))
 
@@ -225,7 +225,7 @@ _register(
     "deduplication flag",
     bool,
     *_attr("deduplicationEnabled"),
-    _ns_or("deduplicationEnabled", "brokerDeduplicationEnabled", False),
+    _ns_or("deduplicationEnabled", lambda c: c.broker_deduplication_enabled),
 )
 
 
@@ -242,7 +242,7 @@ def _persistence_fallback(ctx: _Context, ns: Policies) -> Any:
         bookkeeperEnsemble=c.managed_ledger_default_ensemble_size,
         bookkeeperWriteQuorum=c.managed_ledger_default_write_quorum,
         bookkeeperAckQuorum=c.managed_ledger_default_ack_quorum,
-        managedLedgerMaxMarkDeleteRate=float(setting(c, "managedLedgerDefaultMarkDeleteRateLimit", 1.0)),
+        managedLedgerMaxMarkDeleteRate=c.managed_ledger_default_mark_delete_rate_limit,
     )
 
 
@@ -295,9 +295,9 @@ def _write_delayed(tp: TopicPolicies, value: DelayedDeliveryPolicies | None) -> 
 def _delayed_fallback(ctx: _Context, ns: Policies) -> Any:
     c = ctx.config
     return ns.delayed_delivery_policies or DelayedDeliveryPolicies(
-        tickTime=int(setting(c, "delayedDeliveryTickTimeMillis", 1000)),
-        active=bool(setting(c, "delayedDeliveryEnabled", True)),
-        maxDeliveryDelayInMillis=int(setting(c, "delayedDeliveryMaxDelayInMillis", 0)),
+        tickTime=c.delayed_delivery_tick_time_millis,
+        active=c.delayed_delivery_enabled,
+        maxDeliveryDelayInMillis=c.delayed_delivery_max_delay_in_millis,
     )
 
 
@@ -376,7 +376,7 @@ async def get_message_ttl(request: web.Request) -> web.Response:
     value = (await ctx.overrides()).messageTTLInSeconds
     if value is None and _applied(request):
         ns = await ctx.namespace()
-        value = _ns_or("message_ttl_in_seconds", "ttlDurationDefaultInSeconds", 0)(ctx, ns)
+        value = _ns_or("message_ttl_in_seconds", lambda c: c.ttl_duration_default_in_seconds)(ctx, ns)
     return optional_json(value)
 
 
