@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import heapq
 import logging
-import time
 from typing import TYPE_CHECKING
 
 import mmh3
 
 from magnetar.broker.consumer import Consumer
+from magnetar.broker.delayed_delivery import DelayedDeliveryTracker
 from magnetar.broker.protocol.frames import EntryMeta, entry_meta
 from magnetar.managed_ledger.api import Entry, Position
 
@@ -238,7 +237,7 @@ class SharedDispatcher(Dispatcher):
         self._next = 0
         #: Chunked messages in flight: uuid -> the consumer receiving its chunks.
         self._chunk_owner: dict[str, Consumer] = {}
-        self.delayed = DelayedDeliveryTracker(self)
+        self.delayed = DelayedDeliveryTracker(subscription.topic, self.release_delayed)
 
     async def remove_consumer(self, consumer: Consumer) -> None:
         if consumer not in self.consumers:
@@ -326,78 +325,3 @@ class SharedDispatcher(Dispatcher):
             if c.priority == best and has_room(c):
                 return c
         return None
-
-
-class DelayedDeliveryTracker:
-    """Holds entries whose ``deliver_at_time`` is in the future (Shared and Key_Shared only).
-
-    Positions wait in a heap; a timer moves the due ones to the dispatcher's replay set. Nothing
-    is persisted: the entries are unacknowledged, so after a restart the cursor reads them again
-    and they come back here.
-    """
-
-    def __init__(self, dispatcher: SharedDispatcher) -> None:
-        self.dispatcher = dispatcher
-        self._heap: list[tuple[int, Position]] = []
-        self._held: set[Position] = set()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def __len__(self) -> int:
-        return len(self._held)
-
-    def _settings(self) -> tuple[bool, int, bool]:
-        topic = self.dispatcher.subscription.topic
-        eff = topic.effective
-        enabled = eff.delayed_delivery_enabled if eff is not None else True
-        tick = eff.delayed_delivery_tick_ms if eff is not None else 1000
-        strict = topic.service.config.is_delayed_delivery_deliver_at_time_strict
-        return enabled, tick, strict
-
-    def hold(self, entries: list[Entry], metas: list[EntryMeta]) -> tuple[list[Entry], list[EntryMeta]]:
-        """Split off the entries that are not due yet; returns the ones to dispatch now."""
-        if not any(m.deliver_at for m in metas):
-            return entries, metas
-        enabled, tick, strict = self._settings()
-        if not enabled:
-            return entries, metas
-        now = int(time.time() * 1000)
-        cutoff = now if strict else now + tick  # non-strict: up to one tick early, as Pulsar
-        keep_e: list[Entry] = []
-        keep_m: list[EntryMeta] = []
-        for entry, meta in zip(entries, metas, strict=True):
-            if meta.deliver_at > cutoff:
-                if entry.position not in self._held:
-                    self._held.add(entry.position)
-                    heapq.heappush(self._heap, (meta.deliver_at, entry.position))
-            else:
-                keep_e.append(entry)
-                keep_m.append(meta)
-        self._arm(tick, strict)
-        return keep_e, keep_m
-
-    def _arm(self, tick: int, strict: bool) -> None:
-        if not self._heap:
-            return
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, self._heap[0][0] / 1000 - time.time() - (0 if strict else tick / 1000))
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_later(delay, self._release)
-
-    def _release(self) -> None:
-        self._timer = None
-        _, tick, strict = self._settings()
-        cutoff = int(time.time() * 1000) + (0 if strict else tick)
-        due = []
-        while self._heap and self._heap[0][0] <= cutoff:
-            _, position = heapq.heappop(self._heap)
-            self._held.discard(position)
-            due.append(position)
-        if due:
-            self.dispatcher.release_delayed(due)
-        self._arm(tick, strict)
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
