@@ -75,3 +75,22 @@ class TopicBusyError(BrokerError):
 
 class TopicTerminatedError(BrokerError):
     code = pb.TopicTerminatedError
+
+
+class PolicyValidationError(BrokerError):
+    """A policy breaks Pulsar's validation rules. The admin API answers ``http_status``: 400 unless
+    Pulsar answers that rule with another status (412, 406)."""
+
+    http_status = 400
+
+
+class NamespaceNotFoundError(BrokerError):
+    """The namespace does not exist (admin: 404)."""
+
+    http_status = 404
+
+
+class ConcurrentModificationError(BrokerError):
+    """A compare-and-swap update kept losing to concurrent writers (admin: 409)."""
+
+    http_status = 409

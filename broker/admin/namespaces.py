@@ -44,7 +44,6 @@ from magnetar.broker.policies import (
     SchemaCompatibilityStrategy,
     backlog_quota_fits,
     default_namespace_policies,
-    policy_store_of,
     retention_fits_quotas,
     validate_auto_topic_creation,
     validate_namespace_policies,
@@ -79,7 +78,7 @@ def namespace_of(request: web.Request) -> str:
 
 
 def policies_of(request: web.Request) -> PolicyStore:
-    return policy_store_of(service_of(request))
+    return service_of(request).policies
 
 
 async def existing_policies(request: web.Request, ns: str) -> Policies:
@@ -130,7 +129,7 @@ async def namespace_topics(service: Any, ns: str) -> tuple[list[TopicName], list
 async def delete_namespace_records(service: Any, ns: str, *, force: bool) -> None:
     """Delete a namespace: refused (409) while it has non-system topics unless ``force``, which deletes
     them (disconnecting their clients) first."""
-    store = policy_store_of(service)
+    store: PolicyStore = service.policies
     if await store.namespace(ns) is None:
         raise not_found(f"Namespace {ns} does not exist.")
     partitioned, others = await namespace_topics(service, ns)

@@ -47,7 +47,6 @@ from magnetar.broker.policies import (
     TopicPolicies,
     backlog_quota_fits,
     default_backlog_quota,
-    policy_store_of,
     resolve,
     validate_persistence,
     validate_retention,
@@ -73,7 +72,7 @@ class _Context:
         self.request = request
         self.topic = topic
         self.service = service_of(request)
-        self.store: PolicyStore = policy_store_of(self.service)
+        self.store: PolicyStore = self.service.policies
         self.config = self.service.config
 
     async def namespace(self) -> Policies:
@@ -425,7 +424,7 @@ async def get_backlog_quota_map(request: web.Request) -> web.Response:
     if not quotas and _applied(request):
         quotas = dict((await ctx.namespace()).backlog_quota_map)
         if not quotas:
-            quotas = {kind: default_backlog_quota(ctx.config, kind) for kind in ("destination_storage", "message_age")}
+            quotas = dict.fromkeys(("destination_storage", "message_age"), default_backlog_quota(ctx.config))
     return json_response({kind: quota.to_json() for kind, quota in quotas.items()})
 
 

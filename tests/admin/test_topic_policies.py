@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from magnetar.broker.admin.api import RestError
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.errors import NamespaceNotFoundError, PolicyValidationError
 from magnetar.broker.policies import (
     BacklogQuota,
+    PersistencePolicies,
     Policies,
     PolicyStore,
     RetentionPolicies,
     TopicPolicies,
     parse_stored,
     resolve,
+    validate_namespace_policies,
+    validate_persistence,
+    validate_retention,
 )
 from magnetar.broker.resources import Resources, initialize_standalone
 from magnetar.broker.topic_name import TopicName
@@ -328,9 +334,9 @@ async def test_empty_topic_policies_are_removed(store: EmbeddedMetadataStore) ->
 
 async def test_update_of_missing_namespace_is_404(store: EmbeddedMetadataStore) -> None:
     policies = PolicyStore(store, BrokerConfig())
-    with pytest.raises(RestError) as info:
+    with pytest.raises(NamespaceNotFoundError) as info:
         await policies.update_namespace("public/missing", lambda p: None)
-    assert info.value.status == 404
+    assert info.value.http_status == 404
     assert await policies.namespace("public/missing") is None
 
 
@@ -392,3 +398,26 @@ def test_resolve_auto_topic_creation_override() -> None:
     )
     off = resolve(BrokerConfig(), Policies.model_validate({"autoTopicCreationOverride": {}}), None)
     assert off.allow_auto_topic_creation is False and off.auto_topic_creation_type == "non-partitioned"
+
+
+# ---------------------------------------------------------------------------------------- validation
+def test_validation_raises_the_domain_error_with_pulsars_status() -> None:
+    config = BrokerConfig()
+    with pytest.raises(PolicyValidationError, match="size limit must be >= -1") as info:
+        validate_retention(RetentionPolicies(retentionTimeInMinutes=1, retentionSizeInMB=-2))
+    assert info.value.http_status == 400
+    with pytest.raises(PolicyValidationError, match="Bookkeeper-Ensemble must be <= 5") as info:
+        validate_persistence(PersistencePolicies(bookkeeperEnsemble=6), config)
+    assert info.value.http_status == 400
+    with pytest.raises(PolicyValidationError, match="Invalid value for message TTL") as info:
+        validate_namespace_policies(Policies(message_ttl_in_seconds=-1), config)
+    assert info.value.http_status == 412
+
+
+def test_policies_package_does_not_import_the_http_layer() -> None:
+    code = (
+        "import sys, magnetar.broker.policies; "
+        "print(sorted(m for m in sys.modules if m.startswith(('magnetar.broker.admin', 'aiohttp'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,111 @@
+"""Namespace and topic policies: Pulsar's JSON documents (:mod:`.documents`), Pulsar's validation
+rules (:mod:`.validation`), resolution of the effective values topic > namespace > broker
+configuration (:mod:`.resolution`), and the :class:`PolicyStore` that keeps them in the metadata
+store (:mod:`.store`).
+
+Domain code only: validation raises :class:`~magnetar.broker.errors.PolicyValidationError`,
+which the admin API answers as ``{"reason": ...}`` with Pulsar's status; nothing here imports
+the HTTP layer.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from magnetar.broker.config import BrokerConfig, snake_case
+from magnetar.broker.policies.documents import (
+    LAST_BOUNDARY,
+    AuthPolicies,
+    AutoSubscriptionCreationOverride,
+    AutoTopicCreationOverride,
+    BacklogQuota,
+    BacklogQuotaType,
+    BundlesData,
+    DelayedDeliveryPolicies,
+    Float,
+    InactiveTopicDeleteMode,
+    InactiveTopicPolicies,
+    Int32,
+    Int64,
+    PersistencePolicies,
+    Policies,
+    RetentionPolicies,
+    RetentionPolicy,
+    SchemaAutoUpdateCompatibilityStrategy,
+    SchemaCompatibilityStrategy,
+    StrictModel,
+    SubscriptionAuthMode,
+    TopicPolicies,
+    TopicType,
+    bundles_data,
+    default_namespace_policies,
+    parse_stored,
+)
+from magnetar.broker.policies.resolution import EffectivePolicies, default_backlog_quota, resolve
+from magnetar.broker.policies.store import (
+    POLICIES_ROOT,
+    TOPIC_POLICIES_ROOT,
+    PolicyStore,
+    namespace_path,
+    topic_policies_path,
+)
+from magnetar.broker.policies.validation import (
+    backlog_quota_fits,
+    retention_fits_quotas,
+    validate_auto_topic_creation,
+    validate_namespace_policies,
+    validate_persistence,
+    validate_retention,
+)
+
+__all__ = [
+    "LAST_BOUNDARY",
+    "POLICIES_ROOT",
+    "TOPIC_POLICIES_ROOT",
+    "AuthPolicies",
+    "AutoSubscriptionCreationOverride",
+    "AutoTopicCreationOverride",
+    "BacklogQuota",
+    "BacklogQuotaType",
+    "BundlesData",
+    "DelayedDeliveryPolicies",
+    "EffectivePolicies",
+    "Float",
+    "InactiveTopicDeleteMode",
+    "InactiveTopicPolicies",
+    "Int32",
+    "Int64",
+    "PersistencePolicies",
+    "Policies",
+    "PolicyStore",
+    "RetentionPolicies",
+    "RetentionPolicy",
+    "SchemaAutoUpdateCompatibilityStrategy",
+    "SchemaCompatibilityStrategy",
+    "StrictModel",
+    "SubscriptionAuthMode",
+    "TopicPolicies",
+    "TopicType",
+    "backlog_quota_fits",
+    "bundles_data",
+    "default_backlog_quota",
+    "default_namespace_policies",
+    "namespace_path",
+    "parse_stored",
+    "resolve",
+    "retention_fits_quotas",
+    "topic_policies_path",
+    "validate_auto_topic_creation",
+    "validate_namespace_policies",
+    "validate_persistence",
+    "validate_retention",
+]
+
+
+_T = TypeVar("_T")
+
+
+# Kept only until broker/key_shared.py reads its settings as BrokerConfig fields.
+def setting(config: BrokerConfig, name: str, default: _T) -> _T:
+    """The :class:`BrokerConfig` field of Pulsar setting ``name`` (camelCase)."""
+    return getattr(config, snake_case(name), default)  # type: ignore[no-any-return]
