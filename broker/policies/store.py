@@ -14,8 +14,10 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
+
+from pydantic import BaseModel
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import ConcurrentModificationError, NamespaceNotFoundError
@@ -25,6 +27,7 @@ from magnetar.broker.topic_name import TopicName
 from magnetar.metadata.api import NOT_EXISTS, BadVersionError, MetadataStore, NotFoundError, Notification
 
 log = logging.getLogger(__name__)
+_M = TypeVar("_M", bound=BaseModel)
 
 POLICIES_ROOT = "/admin/policies"
 TOPIC_POLICIES_ROOT = "/admin/topic-policies"
@@ -133,15 +136,18 @@ class PolicyStore:
         value = await self._cached_namespace(ns)
         return None if value is None else value.model_copy(deep=True)
 
-    async def _cached_namespace(self, ns: str) -> Policies | None:
+    async def _cached(self, cache: _Cache, key: str, path: str, model: type[_M]) -> _M | None:
         # The shared cached object: callers must not mutate it.
-        hit, value = self._namespaces.get(ns)
+        hit, value = cache.get(key)
         if not hit:
-            epoch = self._namespaces.epoch
-            stored = await self.store.get(namespace_path(ns))
-            value = None if stored is None else parse_stored(Policies, json.loads(stored.data))
-            self._namespaces.put(ns, value, epoch)
-        return value  # type: ignore[no-any-return]
+            epoch = cache.epoch
+            stored = await self.store.get(path)
+            value = None if stored is None else parse_stored(model, json.loads(stored.data))
+            cache.put(key, value, epoch)
+        return value
+
+    async def _cached_namespace(self, ns: str) -> Policies | None:
+        return await self._cached(self._namespaces, ns, namespace_path(ns), Policies)
 
     async def update_namespace(self, ns: str, mutate: Callable[[Policies], None]) -> Policies:
         """Apply ``mutate`` to the stored policies with compare-and-swap, retrying on conflicts.
@@ -171,14 +177,7 @@ class PolicyStore:
         return None if value is None else value.model_copy(deep=True)
 
     async def _cached_topic(self, topic: TopicName) -> TopicPolicies | None:
-        key = str(topic.partitioned_base)
-        hit, value = self._topics.get(key)
-        if not hit:
-            epoch = self._topics.epoch
-            stored = await self.store.get(topic_policies_path(topic))
-            value = None if stored is None else parse_stored(TopicPolicies, json.loads(stored.data))
-            self._topics.put(key, value, epoch)
-        return value  # type: ignore[no-any-return]
+        return await self._cached(self._topics, str(topic.partitioned_base), topic_policies_path(topic), TopicPolicies)
 
     async def update_topic(self, topic: TopicName, mutate: Callable[[TopicPolicies], None]) -> TopicPolicies:
         """Apply ``mutate`` to the topic's overrides (created if absent) with compare-and-swap; a document
