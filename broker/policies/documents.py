@@ -47,7 +47,6 @@ SchemaAutoUpdateCompatibilityStrategy = Literal[
     "FullTransitive",
 ]
 SubscriptionAuthMode = Literal["None", "Prefix"]
-TopicType = Literal["partitioned", "non-partitioned"]
 
 
 class StrictModel(BaseModel):
