@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING
 import mmh3
 
 from magnetar.broker.consumer import Consumer, SubType
-from magnetar.broker.errors import BrokerError, ConsumerBusyError, NotAllowedError, ProducerBusyError
+from magnetar.broker.errors import (
+    ConsumerBusyError,
+    NotAllowedError,
+    ProducerBusyError,
+    ServiceNotReadyError,
+)
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import entry_meta
 from magnetar.broker.stats import Meter
@@ -180,7 +185,7 @@ class NonPersistentSubscription:
     async def unsubscribe(self, consumer: Consumer | None, force: bool = False) -> None:
         others = [c for c in self.consumers if c is not consumer]
         if others and not force:
-            raise BrokerError("Subscription has active connected consumers", pb.ConsumerBusy)
+            raise ConsumerBusyError("Subscription has active connected consumers")
         for c in list(self.consumers):
             if c is not consumer:
                 c.disconnect()
@@ -251,7 +256,7 @@ class NonPersistentTopic:
         self, producer: Producer, mode: int = pb.Shared, client_epoch: int | None = None, on_queued: object = None
     ) -> int | None:
         if self.closed:
-            raise BrokerError("Topic is being closed", pb.ServiceNotReady)
+            raise ServiceNotReadyError("Topic is being closed")
         if mode != pb.Shared:
             raise NotAllowedError("Exclusive producer access modes are not supported on non-persistent topics")
         existing = self.producers.get(producer.name)

@@ -15,6 +15,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
 from magnetar.broker.errors import (
     BrokerError,
+    ConcurrentModificationError,
     TopicBusyError,
     TopicExistsError,
     TopicNotFoundError,
@@ -242,7 +243,7 @@ class BrokerService:
             return await self._load_non_persistent(name, create, explicit)  # type: ignore[return-value]
         await self.check_namespace(name)
         if name.partition_index < 0 and await self.resources.get_partitions(name) > 0:
-            raise BrokerError(f"{name} is a partitioned topic: use its partitions", pb.TopicNotFound)
+            raise TopicNotFoundError(f"{name} is a partitioned topic: use its partitions")
         eff = await self.policies.effective(name)
         if not await self.resources.topic_stored(name):
             # A partition of an existing partitioned topic may always be created; others need auto-creation.
@@ -341,7 +342,7 @@ class BrokerService:
         try:
             await self.store.put(path, json.dumps({"partitions": partitions}).encode(), value.stat.version)
         except BadVersionError:
-            raise BrokerError("Partitioned topic was updated concurrently", http_status=409) from None
+            raise ConcurrentModificationError("Partitioned topic was updated concurrently") from None
 
     def _check_partition_limit(self, partitions: int) -> None:
         limit = self.config.max_num_partitions_per_partitioned_topic or MAX_PARTITIONS

@@ -11,7 +11,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from magnetar.broker.dedup import Deduplication, Verdict
-from magnetar.broker.errors import BrokerError, NotAllowedError, ProducerBusyError, TopicTerminatedError
+from magnetar.broker.errors import (
+    BrokerError,
+    NotAllowedError,
+    ProducerBusyError,
+    ServiceNotReadyError,
+    SubscriptionNotFoundError,
+    TopicTerminatedError,
+)
 from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.producer import Producer, PublishSlot
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -126,7 +133,7 @@ class PersistentTopic:
     # producers
     def _check_can_add(self, producer: Producer) -> None:
         if self.closed:
-            raise BrokerError("Topic is being closed", pb.ServiceNotReady)
+            raise ServiceNotReadyError("Topic is being closed")
         if self.terminated:
             raise TopicTerminatedError("Topic was already terminated")
         existing = self.producers.get(producer.name)
@@ -170,7 +177,7 @@ class PersistentTopic:
                 await waiter
                 self._check_can_add(producer)
         else:
-            raise BrokerError(f"Unknown producer access mode {mode}", pb.NotAllowedError)
+            raise NotAllowedError(f"Unknown producer access mode {mode}")
         if client_epoch is not None and self.topic_epoch is not None and client_epoch < self.topic_epoch:
             # Another exclusive producer took over meanwhile: this one stays fenced.
             self._grant_next_waiter()
@@ -265,7 +272,7 @@ class PersistentTopic:
                 else self.service.config.allow_auto_subscription_creation
             )
             if not allowed and name not in self.ledger.cursors:
-                raise BrokerError(f"Subscription {name} does not exist", pb.SubscriptionNotFound)
+                raise SubscriptionNotFoundError(f"Subscription {name} does not exist")
             start = (
                 InitialPosition.EARLIEST if initial_position == pb.CommandSubscribe.Earliest else InitialPosition.LATEST
             )
@@ -355,7 +362,7 @@ class PersistentTopic:
         self.disconnect_producers()
         for _producer, waiter in self._exclusive_waiters:
             if not waiter.done():
-                waiter.set_exception(BrokerError("Topic is being closed", pb.ServiceNotReady))
+                waiter.set_exception(ServiceNotReadyError("Topic is being closed"))
         self._exclusive_waiters.clear()
         for sub in list(self.subscriptions.values()):
             await sub.close()
