@@ -27,13 +27,11 @@ from magnetar.broker.dispatcher import SharedDispatcher
 from magnetar.broker.draining_hashes import DrainingHashesTracker
 from magnetar.broker.errors import ConsumerBusyError
 from magnetar.broker.key_shared_selectors import (
-    DEFAULT_REPLICA_POINTS,
     ConsistentHashingSelector,
     HashRangeAutoSplitSelector,
     HashRangeExclusiveSelector,
     StickyKeyConsumerSelector,
 )
-from magnetar.broker.policies import setting
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import entry_meta
 from magnetar.managed_ledger.api import Entry, Position
@@ -43,10 +41,6 @@ if TYPE_CHECKING:
     from magnetar.broker.subscription import Subscription
 
 log = logging.getLogger(__name__)
-
-#: Entries the dispatcher may park for busy consumers before it stops reading ahead (memory bound; Pulsar 4's
-#: ``keySharedLookAheadMsgInReplayThresholdPerSubscription`` default).
-DEFAULT_LOOK_AHEAD = 20_000
 
 _MODE_NAMES = {pb.AUTO_SPLIT: "AUTO_SPLIT", pb.STICKY: "STICKY"}
 
@@ -60,13 +54,10 @@ class StickyKeyDispatcher(SharedDispatcher):
     def __init__(self, subscription: Subscription, max_read_batch: int) -> None:
         super().__init__(subscription, max_read_batch)
         config = subscription.topic.service.config
-        self.use_consistent_hashing = bool(setting(config, "subscriptionKeySharedUseConsistentHashing", False))
-        self.replica_points = int(
-            setting(config, "subscriptionKeySharedConsistentHashingReplicaPoints", DEFAULT_REPLICA_POINTS)
-        )
-        self.look_ahead = int(
-            setting(config, "keySharedLookAheadMsgInReplayThresholdPerSubscription", DEFAULT_LOOK_AHEAD)
-        )
+        self.use_consistent_hashing = config.subscription_key_shared_use_consistent_hashing
+        self.replica_points = config.subscription_key_shared_consistent_hashing_replica_points
+        #: Entries parked for busy consumers before reading ahead stops (a memory bound).
+        self.look_ahead = config.key_shared_look_ahead_msg_in_replay_threshold_per_subscription
         self.mode: int = pb.AUTO_SPLIT
         self.allow_out_of_order = False
         self.selector: StickyKeyConsumerSelector = self._new_selector()

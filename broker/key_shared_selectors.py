@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
 #: Hash slots of the range-based selectors (Pulsar's ``StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE``, 2 << 15).
 RANGE_SIZE = 2 << 15
-#: Ring points per consumer when consistent hashing is on (Pulsar's default replica points).
-DEFAULT_REPLICA_POINTS = 100
 
 
 def sticky_key_hash(key: bytes) -> int:
@@ -148,7 +146,7 @@ class ConsistentHashingSelector(StickyKeyConsumerSelector):
     owns them.
     """
 
-    def __init__(self, points: int = DEFAULT_REPLICA_POINTS) -> None:
+    def __init__(self, points: int) -> None:
         if points < 1:
             raise ValueError("at least one ring point per consumer")
         self.points = points

@@ -10,9 +10,6 @@ the HTTP layer.
 
 from __future__ import annotations
 
-from typing import TypeVar
-
-from magnetar.broker.config import BrokerConfig, snake_case
 from magnetar.broker.policies.documents import (
     AutoSubscriptionCreationOverride,
     AutoTopicCreationOverride,
@@ -69,12 +66,3 @@ __all__ = [
     "validate_persistence",
     "validate_retention",
 ]
-
-
-_T = TypeVar("_T")
-
-
-# Kept only until broker/key_shared.py reads its settings as BrokerConfig fields.
-def setting(config: BrokerConfig, name: str, default: _T) -> _T:
-    """The :class:`BrokerConfig` field of Pulsar setting ``name`` (camelCase)."""
-    return getattr(config, snake_case(name), default)  # type: ignore[no-any-return]

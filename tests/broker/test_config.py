@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,18 @@ def test_pulsar_names_round_trip() -> None:
     names = {camel_case(f.name) for f in settings()}
     assert {"maxUnackedMessagesPerSubscription", "backlogQuotaDefaultLimitBytes", "topicLevelPoliciesEnabled"} <= names
     assert set(BrokerConfig().to_pulsar_dict()) == names
+
+
+def test_no_code_reads_settings_by_name() -> None:
+    # Settings are read as typed fields; looking one up by its string name (with a default of its own)
+    # is how defaults got scattered and written twice.
+    root = README.parent
+    pattern = re.compile(r"\bsetting\(\s*\w*config|\.extra\.get\(|getattr\(\s*\w*config\w*,\s*[\"']")
+    offenders = [
+        f"{path.relative_to(root)}:{n}"
+        for package in ("broker", "cli", "managed_ledger", "ledger", "bookie", "metadata")
+        for path in sorted((root / package).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert offenders == []

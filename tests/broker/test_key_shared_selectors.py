@@ -191,7 +191,7 @@ def test_consistent_ring_same_name_gets_next_free_index_and_removal_restores() -
 
 
 def test_consistent_ring_moves_few_keys_when_consumer_joins() -> None:
-    sel = ConsistentHashingSelector()
+    sel = ConsistentHashingSelector(points=100)
     consumers = [FakeConsumer(f"consumer-{i}") for i in range(4)]
     for c in consumers:
         sel.add_consumer(c)
