@@ -15,14 +15,12 @@ from typing import Any
 
 import yaml
 
-GROUP = "magnetar.io"
-VERSION = "v1alpha1"
+from magnetar.operator.config import GROUP, VERSION
+
 CATEGORY = "magnetar"
 
 #: Pulsar's allowed characters for tenant, namespace and cluster names.
 PULSAR_NAME = r"^[-=:.A-Za-z0-9_]+$"
-PAUSE_ANNOTATION = f"{GROUP}/paused"
-FORCE_DELETE_ANNOTATION = f"{GROUP}/force-delete"
 
 Schema = dict[str, Any]
 
@@ -658,7 +656,7 @@ def render_peering() -> str:
 
 
 def file_name(kind: str) -> str:
-    return f"magnetar.io_{kind}.yaml"
+    return f"{GROUP}_{kind}.yaml"
 
 
 def rendered() -> dict[str, str]:
