@@ -14,8 +14,6 @@ from typing import Any
 
 from magnetar.operator.specs import Policies, RetentionFields
 
-QUOTA_TYPES = ("destination_storage", "message_age")
-
 
 @dataclass(frozen=True)
 class PolicyField:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from magnetar.spark.offsets import EARLIEST, Position, after
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class DataLossError(RuntimeError):
@@ -184,19 +181,3 @@ def to_arrow_batches(messages: Iterator[Any], topic: str, rows: int = ARROW_BATC
             cols = [[] for _ in schema]
     if cols[0]:
         yield flush(cols)
-
-
-def to_row(msg: Any, topic: str) -> tuple[Any, ...]:
-    """A message -> the source's row (see ``SCHEMA`` in ``magnetar.spark.datasource``)."""
-    pos = message_position(msg)
-    key = msg.partition_key() or None
-    event = msg.event_timestamp()
-    return (
-        msg.data(),
-        key,
-        topic,
-        str(pos),
-        _EPOCH + dt.timedelta(milliseconds=msg.publish_timestamp()),
-        _EPOCH + dt.timedelta(milliseconds=event) if event else None,
-        dict(msg.properties()),
-    )
