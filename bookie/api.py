@@ -8,6 +8,7 @@ cluster's network client speaks the bookie protocol with the same methods.
 from __future__ import annotations
 
 import abc
+import asyncio
 
 
 class BookieError(Exception):
@@ -74,3 +75,35 @@ class BookieClient(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release the connection."""
+
+
+class FutureAdds(abc.ABC):
+    """Adds as futures: :meth:`add_entry_nowait` is the hot path (no coroutine or task per add).
+
+    Mixed into the in-process bookie and both clients; :meth:`add_entry` just awaits the future.
+    """
+
+    @abc.abstractmethod
+    def add_entry_nowait(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool = False,
+    ) -> asyncio.Future[None]:
+        """Start one add; the future resolves once the entry is durable in the bookie's journal."""
+
+    async def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        *,
+        recovery: bool = False,
+    ) -> None:
+        """Store one entry durably (see :meth:`add_entry_nowait`)."""
+        await self.add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)

@@ -27,6 +27,7 @@ from .api import (
     BookieReadOnlyError,
     BookieUnauthorizedError,
     BookieUnavailableError,
+    FutureAdds,
 )
 from .config import BookieConfig
 from .index import LedgerState
@@ -47,7 +48,7 @@ class BookieStatus(Enum):
     CLOSED = "closed"
 
 
-class Bookie:
+class Bookie(FutureAdds):
     """One bookie's storage, served in-process (see :class:`~magnetar.bookie.local.LocalBookieClient`).
 
     ``Bookie(BookieConfig(data_dir=...))``, then ``await start()`` ... ``await close()``.
@@ -283,19 +284,6 @@ class Bookie:
         entries[entry_id] = data
         self._cache_bytes += len(data)
         return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data)
-
-    async def add_entry(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        last_add_confirmed: int,
-        data: bytes,
-        *,
-        recovery: bool = False,
-    ) -> None:
-        """Store one entry durably (see :meth:`add_entry_nowait`)."""
-        await self.add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         """Entries ``first..last`` in order, stopping at the first one this bookie lacks."""

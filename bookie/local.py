@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from .api import BookieClient, BookieUnavailableError
+from .api import BookieClient, BookieUnavailableError, FutureAdds
 from .bookie import Bookie
 
 
-class LocalBookieClient(BookieClient):
+class LocalBookieClient(FutureAdds, BookieClient):
     """Implements :class:`BookieClient` by calling a :class:`Bookie` directly.
 
     ``LocalBookieClient(bookie)``; the bookie bounds every wait itself (journal watchdog, read
@@ -36,18 +36,6 @@ class LocalBookieClient(BookieClient):
     ) -> asyncio.Future[None]:
         """Fast path for the ledger client: a future instead of a coroutine (no task per add)."""
         return self._check().add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
-
-    async def add_entry(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        last_add_confirmed: int,
-        data: bytes,
-        *,
-        recovery: bool = False,
-    ) -> None:
-        await self._check().add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         return await self._check().read_entries(ledger_id, first, last)

@@ -19,7 +19,7 @@ import socket
 from typing import Any
 
 from . import protocol as p
-from .api import BookieClient, BookieError, BookieUnavailableError
+from .api import BookieClient, BookieError, BookieUnavailableError, FutureAdds
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class _Connection(asyncio.Protocol):
         self._client._connection_gone(self)
 
 
-class RemoteBookieClient(BookieClient):
+class RemoteBookieClient(FutureAdds, BookieClient):
     """:class:`BookieClient` over TCP to the bookie at ``address`` (``host:port``).
 
     The connection is made on first use and again after a failure. Requests issued while it
@@ -290,18 +290,6 @@ class RemoteBookieClient(BookieClient):
         rid = self._next_rid()
         frame = p.encode_add(rid, ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
         return self._submit(p.OP_ADD, rid, frame, self.add_timeout_s)
-
-    async def add_entry(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        last_add_confirmed: int,
-        data: bytes,
-        *,
-        recovery: bool = False,
-    ) -> None:
-        await self.add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []
