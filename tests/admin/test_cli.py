@@ -24,18 +24,16 @@ from typing import Any
 import pulsar
 import pytest
 
-from magnetar.cli.admin import (
+from magnetar.admin_client.client import Response
+from magnetar.admin_client.paths import parse_topic, topic_path
+from magnetar.cli.admin.messages import messages_from_response
+from magnetar.cli.admin.output import Output, hexdump, render
+from magnetar.cli.admin.values import (
     LATEST,
-    Output,
-    Response,
-    Topic,
-    hexdump,
-    messages_from_response,
     parse_message_id,
     parse_namespace,
     parse_relative_time,
     parse_size,
-    render,
     retention_megabytes,
     retention_minutes,
 )
@@ -268,12 +266,12 @@ def test_parse_message_id_and_names() -> None:
     assert parse_message_id("latest") == LATEST
     with pytest.raises(ValueError):
         parse_message_id("12")
-    assert str(Topic.parse("t1")) == "persistent://public/default/t1"
-    assert str(Topic.parse("a/b/c")) == "persistent://a/b/c"
-    assert Topic.parse("persistent://a/b/c d").path == "/admin/v2/persistent/a/b/c%20d"
+    assert str(parse_topic("t1")) == "persistent://public/default/t1"
+    assert str(parse_topic("a/b/c")) == "persistent://a/b/c"
+    assert topic_path(parse_topic("persistent://a/b/c d")) == "/admin/v2/persistent/a/b/c%20d"
     for bad in ("a/b", "ftp://a/b/c", "persistent://a//c"):
         with pytest.raises(ValueError):
-            Topic.parse(bad)
+            parse_topic(bad)
     assert parse_namespace("t/ns") == ("t", "ns")
     with pytest.raises(ValueError):
         parse_namespace("t/ns/x")

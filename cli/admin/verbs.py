@@ -1,0 +1,44 @@
+"""Building blocks of the verbs: registering one, request bodies, list and on/off arguments."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from magnetar.admin_client.client import AdminClient
+
+Handler = Callable[[AdminClient, argparse.Namespace], Any]
+
+
+def verb(
+    group: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    help_text: str,
+    handler: Handler,
+    *,
+    aliases: Iterable[str] = (),
+    parents: list[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    p = group.add_parser(name, help=help_text, description=help_text, aliases=list(aliases), parents=parents)
+    p.set_defaults(handler=handler)
+    return p
+
+
+def body(**fields: Any) -> dict[str, Any]:
+    """A JSON body without the fields the user left out."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def csv_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def enable_flags(p: argparse.ArgumentParser, what: str, required: bool = True) -> None:
+    group = p.add_mutually_exclusive_group(required=required)
+    group.add_argument("-e", "--enable", dest="enable", action="store_true", default=None, help=f"enable {what}")
+    group.add_argument("-d", "--disable", dest="enable", action="store_false", help=f"disable {what}")
+
+
+class UsageError(Exception):
+    """A combination of arguments argparse cannot check by itself."""
