@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.admin_client.paths import parse_topic
 from magnetar.spark.offsets import Position
 
 EARLIEST = "earliest"
@@ -82,14 +83,7 @@ def parse_time(value: str | None, name: str) -> int | None:
 
 def normalize_topic(name: str) -> str:
     """Short names (``t``, ``tenant/ns/t``) -> ``persistent://tenant/ns/t`` as Pulsar clients do."""
-    if "://" in name:
-        return name
-    parts = name.split("/")
-    if len(parts) == 1:
-        return f"persistent://public/default/{name}"
-    if len(parts) == 3:
-        return f"persistent://{name}"
-    raise ValueError(f"invalid topic name: {name!r}")
+    return str(parse_topic(name))
 
 
 def _client_options(options: Mapping[str, str], prefix: str = "pulsar.client.") -> dict[str, str]:
