@@ -1,47 +1,22 @@
 """A small async client of the admin REST API (Pulsar's ``/admin/v2`` paths and JSON bodies).
 
-Errors are split the way the reconciler needs them: :class:`Unreachable` (connection refused, timeout,
-5xx: retry with backoff) and :class:`AdminError` with the HTTP status and Pulsar's ``reason``.
+Errors and paths are :mod:`magnetar.admin_client`'s, split the way the reconciler needs them:
+:class:`~magnetar.admin_client.errors.AdminConnectionError` (connection refused, timeout: retry with
+backoff) and :class:`~magnetar.admin_client.errors.AdminError` with the HTTP status and Pulsar's
+``reason`` (``transient`` for 5xx and 429).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
 
+from magnetar.admin_client.errors import AdminConnectionError, AdminError, reason_of
+from magnetar.admin_client.paths import api_path, namespace_path, parse_topic, topic_path
+
 _TIMEOUT = aiohttp.ClientTimeout(total=15, connect=5)
-
-
-class AdminError(Exception):
-    """The admin API answered with an error status."""
-
-    def __init__(self, status: int, reason: str, method: str = "", path: str = "") -> None:
-        super().__init__(f"{method} {path}: HTTP {status}: {reason}".strip())
-        self.status = status
-        self.reason = reason
-
-    @property
-    def transient(self) -> bool:
-        # 5xx and 429 may pass; anything else needs a change (spec, broker state) first.
-        return self.status >= 500 or self.status == 429
-
-
-class Unreachable(Exception):
-    """The admin endpoint could not be reached (connection error or timeout)."""
-
-
-def _path(*parts: str) -> str:
-    return "/".join(quote(p, safe="") for p in parts)
-
-
-def topic_path(topic: str) -> str:
-    """``persistent://t/ns/x`` -> ``persistent/t/ns/x`` (the admin API's topic path)."""
-    domain, rest = topic.split("://", 1)
-    tenant, namespace, local = rest.split("/", 2)
-    return f"{domain}/{_path(tenant, namespace, local)}"
 
 
 class AdminClient:
@@ -67,7 +42,7 @@ class AdminClient:
     async def request(
         self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None, *, has_body: bool = False
     ) -> Any:
-        """One call; returns the decoded JSON answer (``None`` for 204 / empty)."""
+        """One call to ``path`` (``/admin/v2/...``); returns the decoded JSON answer (``None`` for 204 / empty)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=_TIMEOUT)
         headers = self._headers()
@@ -75,76 +50,77 @@ class AdminClient:
         if body is not None or has_body:
             headers["Content-Type"] = "application/json"
             data = json.dumps(body)
-        url = f"{self.base_url}/admin/v2/{path}"
         try:
-            async with self._session.request(method, url, data=data, params=params, headers=headers) as resp:
+            async with self._session.request(
+                method, self.base_url + path, data=data, params=params, headers=headers
+            ) as resp:
                 text = await resp.text()
                 if resp.status >= 400:
-                    raise AdminError(resp.status, _reason(text), method, path)
+                    raise AdminError(resp.status, reason_of(text), method, path)
                 if resp.status == 204 or not text.strip():
                     return None
                 return json.loads(text)
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
-            raise Unreachable(f"{self.base_url}: {exc.__class__.__name__}: {exc}") from exc
+            raise AdminConnectionError(f"{self.base_url}: {exc.__class__.__name__}: {exc}") from exc
 
     # ------------------------------------------------------------------------------------------ clusters
     async def clusters(self) -> list[str]:
-        return list(await self.request("GET", "clusters") or [])
+        return list(await self.request("GET", api_path("clusters")) or [])
 
     # ------------------------------------------------------------------------------------------ tenants
     async def get_tenant(self, tenant: str) -> dict[str, Any] | None:
-        return await self._get_or_none(f"tenants/{_path(tenant)}")
+        return await self._get_or_none(api_path("tenants", tenant))
 
     async def create_tenant(self, tenant: str, info: dict[str, Any]) -> None:
-        await self.request("PUT", f"tenants/{_path(tenant)}", info)
+        await self.request("PUT", api_path("tenants", tenant), info)
 
     async def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
-        await self.request("POST", f"tenants/{_path(tenant)}", info)
+        await self.request("POST", api_path("tenants", tenant), info)
 
     async def delete_tenant(self, tenant: str, force: bool = False) -> None:
-        await self.request("DELETE", f"tenants/{_path(tenant)}", params={"force": str(force).lower()})
+        await self.request("DELETE", api_path("tenants", tenant), params={"force": str(force).lower()})
 
     # ------------------------------------------------------------------------------------------ namespaces
     async def get_namespace(self, namespace: str) -> dict[str, Any] | None:
         """The namespace's full ``Policies`` document, ``None`` if it does not exist."""
-        return await self._get_or_none(f"namespaces/{_ns(namespace)}")
+        return await self._get_or_none(_ns(namespace))
 
     async def create_namespace(self, namespace: str, policies: dict[str, Any] | None = None) -> None:
-        await self.request("PUT", f"namespaces/{_ns(namespace)}", policies, has_body=policies is not None)
+        await self.request("PUT", _ns(namespace), policies, has_body=policies is not None)
 
     async def delete_namespace(self, namespace: str, force: bool = False) -> None:
-        await self.request("DELETE", f"namespaces/{_ns(namespace)}", params={"force": str(force).lower()})
+        await self.request("DELETE", _ns(namespace), params={"force": str(force).lower()})
 
     async def namespace_policy(self, namespace: str, method: str, segment: str, body: Any = None,
                                params: dict[str, str] | None = None) -> Any:  # fmt: skip
-        return await self.request(method, f"namespaces/{_ns(namespace)}/{segment}", body, params)
+        return await self.request(method, f"{_ns(namespace)}/{segment}", body, params)
 
     # ------------------------------------------------------------------------------------------ topics
     async def topic_partitions(self, topic: str) -> int:
         """Partitions of a partitioned topic; 0 for a non-partitioned or missing one."""
-        answer = await self.request("GET", f"{topic_path(topic)}/partitions")
+        answer = await self.request("GET", f"{_topic(topic)}/partitions")
         return int((answer or {}).get("partitions", 0))
 
     async def list_topics(self, namespace: str, persistent: bool = True) -> list[str]:
         domain = "persistent" if persistent else "non-persistent"
-        return list(await self.request("GET", f"{domain}/{_ns(namespace)}") or [])
+        return list(await self.request("GET", api_path(domain, *namespace.split("/", 1))) or [])
 
     async def create_topic(self, topic: str, partitions: int) -> None:
         if partitions > 0:
-            await self.request("PUT", f"{topic_path(topic)}/partitions", partitions)
+            await self.request("PUT", f"{_topic(topic)}/partitions", partitions)
         else:
-            await self.request("PUT", topic_path(topic))
+            await self.request("PUT", _topic(topic))
 
     async def grow_partitions(self, topic: str, partitions: int) -> None:
-        await self.request("POST", f"{topic_path(topic)}/partitions", partitions)
+        await self.request("POST", f"{_topic(topic)}/partitions", partitions)
 
     async def delete_topic(self, topic: str, partitioned: bool) -> None:
         suffix = "/partitions" if partitioned else ""
-        await self.request("DELETE", f"{topic_path(topic)}{suffix}", params={"force": "true"})
+        await self.request("DELETE", f"{_topic(topic)}{suffix}", params={"force": "true"})
 
     async def topic_policy(self, topic: str, method: str, segment: str, body: Any = None,
                            params: dict[str, str] | None = None) -> Any:  # fmt: skip
-        return await self.request(method, f"{topic_path(topic)}/{segment}", body, params)
+        return await self.request(method, f"{_topic(topic)}/{segment}", body, params)
 
     async def _get_or_none(self, path: str) -> Any:
         try:
@@ -156,15 +132,10 @@ class AdminClient:
 
 
 def _ns(namespace: str) -> str:
-    tenant, name = namespace.split("/", 1)
-    return _path(tenant, name)
+    """``tenant/ns`` -> its admin path."""
+    return namespace_path(*namespace.split("/", 1))
 
 
-def _reason(text: str) -> str:
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return text.strip()[:500] or "no reason given"
-    if isinstance(doc, dict):
-        return str(doc.get("reason") or doc.get("message") or doc)[:500]
-    return str(doc)[:500]
+def _topic(topic: str) -> str:
+    """``persistent://t/ns/x`` -> its admin path."""
+    return topic_path(parse_topic(topic))

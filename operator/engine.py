@@ -15,8 +15,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from magnetar.admin_client.errors import AdminConnectionError, AdminError
 from magnetar.operator import reconcile as rc
-from magnetar.operator.admin import AdminClient, AdminError, Unreachable
+from magnetar.operator.admin import AdminClient
 from magnetar.operator.config import FORCE_DELETE_ANNOTATION, PAUSE_ANNOTATION, OperatorConfig, is_true
 from magnetar.operator.policies import FIELDS, describe, desired_policies, namespace_observed, plan_writes, topic_keys
 from magnetar.operator.reconcile import Claim, Outcome
@@ -190,7 +191,7 @@ class Engine:
                     outcome = await self._topic(client, res, spec, pulsar)
         except CredentialsMissing as exc:
             outcome = rc.waiting(rc.CREDENTIALS_MISSING, str(exc))
-        except Unreachable as exc:
+        except AdminConnectionError as exc:
             outcome = rc.waiting(rc.CLUSTER_UNREACHABLE, f"admin API not reachable: {exc}")
         except AdminError as exc:
             if exc.transient:
@@ -371,7 +372,7 @@ class Engine:
                     f"{FORCE_DELETE_ANNOTATION}=true",
                 )
             return rc.waiting(rc.ADMIN_API_ERROR, str(exc))
-        except Unreachable as exc:
+        except AdminConnectionError as exc:
             if "applied" not in res.status:
                 # Never reached Pulsar: there is nothing of ours to delete.
                 return rc.ok(f"{pulsar} was never created: nothing to delete")
