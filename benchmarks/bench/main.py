@@ -1,0 +1,253 @@
+"""The command line: ``python -m benchmarks.bench`` (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import benchmarks.bench
+from benchmarks.bench.brokers import Broker, ExternalBroker, MagnetarBroker, PulsarLiteBroker, pkg_version
+from benchmarks.bench.procfs import is_loopback, listening_addresses
+from benchmarks.bench.report import design_checks, fmt, format_checks, format_ratios, format_table, ratios
+from benchmarks.bench.results import Params, ScenarioResult, TargetResult
+from benchmarks.bench.scenarios import Bench, scenario_plan
+from benchmarks.bench.workers import LATENCY_HEADER
+
+#: The first paragraph of the package docstring.
+DESCRIPTION = (benchmarks.bench.__doc__ or "").split("\n\n")[0]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--target",
+        choices=["magnetar", "pulsar-lite", "both"],
+        default="magnetar",
+        help="broker(s) to start; 'both' runs magnetar then pulsar-lite and prints ratios",
+    )
+    ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="with --target both: keep both brokers up and alternate them per scenario (less drift)",
+    )
+    ap.add_argument("--service-url", help="benchmark an already-running broker instead of starting one")
+    ap.add_argument("--broker-pid", type=int, help="with --service-url: PID whose CPU time to account")
+    ap.add_argument(
+        "--scenarios",
+        default="",
+        help="comma list of groups (publish,batched,consume,latency) or scenario names",
+    )
+    ap.add_argument("--quick", action="store_true", help="short smoke run (~20 s per target)")
+    ap.add_argument("--duration", type=float, help="seconds per publish scenario (default 8, quick 2)")
+    ap.add_argument("--producers", type=int, help="producer processes for throughput scenarios (default 2)")
+    ap.add_argument("--sizes", help="payload sizes in bytes for publish scenarios (default 100,1024)")
+    ap.add_argument("--backlog", type=int, help="messages pre-filled for consume (default 200000; batched: 5x)")
+    ap.add_argument("--rates", help="latency scenario rates in msg/s (default 2000,20000)")
+    ap.add_argument("--latency-duration", type=float, help="seconds per latency scenario (default 10)")
+    ap.add_argument("--max-pending", type=int, help="outstanding msgs per non-batched producer (default 1000)")
+    ap.add_argument("--namespace", default="public/default", help="tenant/namespace for bench topics")
+    ap.add_argument("--json", metavar="FILE", help="write machine-readable results here")
+    ap.add_argument("--workdir", help="where brokers keep data/logs (default: a temp dir, removed at the end)")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir (data and broker logs)")
+    ap.add_argument("--pulsar-lite-bin", help="path of the pulsar-lite binary (default: from the package)")
+    ap.add_argument("--magnetar-cmd", help="command starting magnetar (default: 'magnetar' on PATH)")
+    ap.add_argument("--magnetar-args", default="", help="extra arguments for 'magnetar standalone'")
+    return ap.parse_args(argv)
+
+
+def build_params(args: argparse.Namespace) -> Params:
+    """Params from defaults, --quick and explicit overrides (explicit wins)."""
+    p = Params(namespace=args.namespace)
+    if args.quick:
+        p.duration, p.latency_duration, p.latency_warmup = 2.0, 3.0, 0.5
+        p.backlog, p.backlog_batched = 20_000, 100_000
+    if args.duration is not None:
+        p.duration = args.duration
+    if args.producers is not None:
+        p.producers = max(1, args.producers)
+    if args.sizes:
+        p.sizes = [int(x) for x in args.sizes.split(",")]
+    if args.backlog is not None:
+        p.backlog = args.backlog
+        p.backlog_batched = 5 * args.backlog
+    if args.rates:
+        p.rates = [int(x) for x in args.rates.split(",")]
+    if args.latency_duration is not None:
+        p.latency_duration = args.latency_duration
+    if args.max_pending is not None:
+        p.max_pending = args.max_pending
+    if p.latency_size < LATENCY_HEADER.size:
+        p.latency_size = LATENCY_HEADER.size
+    return p
+
+
+class TargetRun:
+    """One broker's part of a run: start it, run scenarios into ``result``, stop it.
+
+    ``result`` is filled in place so that an interrupted run still reports what it measured; a broker
+    that fails to start or dies marks the target failed and skips its remaining scenarios.
+    """
+
+    def __init__(self, broker: Broker, params: Params, run_id: str) -> None:
+        self.broker = broker
+        self.bench = Bench(broker, params, run_id)
+        self.result = TargetResult(target=broker.name, service_url=broker.service_url)
+
+    def start(self) -> None:
+        """Start the broker, check where it listens, measure its idle CPU."""
+        b, tr = self.broker, self.result
+        try:
+            t0 = time.monotonic()
+            print(f"[{b.name}] starting ...", flush=True)
+            b.start()
+            tr.startup_s = time.monotonic() - t0
+            tr.pid, tr.version = b.pid, b.version()
+            if b.pid:
+                tr.listening = listening_addresses(b.pid)
+                wide = [a for a in tr.listening if not is_loopback(a)]
+                if wide:
+                    print(f"[{b.name}] WARNING: listening beyond loopback: {wide}", flush=True)
+            tr.idle_broker_cores = self.bench.idle_cores()
+        except Exception as exc:
+            tr.pid, tr.error = b.pid, f"{exc}"
+            print(f"[{b.name}] FAILED: {exc}", flush=True)
+            b.stop()
+
+    def run(self, name: str, runner: Callable[[Bench], ScenarioResult]) -> None:
+        """Run one scenario; its failure is recorded and does not stop the others."""
+        b, tr = self.broker, self.result
+        if tr.error:
+            return
+        if not b.alive():
+            tr.error = f"broker died before {name}\n{b.log_tail()}"
+            print(f"[{b.name}] FAILED: {tr.error}", flush=True)
+            return
+        print(f"[{b.name}] {name} ...", flush=True)
+        try:
+            r = runner(self.bench)
+        except Exception as exc:
+            r = ScenarioResult(name, "?", 0, False, error=str(exc) or repr(exc))
+        tr.scenarios.append(r)
+        if r.error:
+            print(f"[{b.name}] {name} FAILED: {r.error.strip().splitlines()[-1]}", flush=True)
+        else:
+            print(
+                f"[{b.name}] {name}: {r.messages:,} msgs, {r.msgs_per_s:,.0f} msg/s, broker "
+                f"{fmt(r.broker_us_per_msg, '.2f')} us/msg",
+                flush=True,
+            )
+
+    def stop(self) -> None:
+        """Stop the broker (idempotent)."""
+        self.broker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; returns a process exit code."""
+    args = parse_args(argv)
+    params = build_params(args)
+    plan = scenario_plan(params, [s.strip() for s in args.scenarios.split(",") if s.strip()])
+    given = sys.argv[1:] if argv is None else argv
+    command = shlex.join([sys.executable, "-m", "benchmarks.bench", *given])
+    run_id = uuid.uuid4().hex[:8]
+
+    # SIGTERM gets the same orderly shutdown as Ctrl-C.
+    def on_term(_sig: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="magnetar-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    header = [
+        f"command: {command}",
+        f"started: {time.strftime('%Y-%m-%d %H:%M:%S %z')}  host: {platform.node()}  cpus: {os.cpu_count()}  "
+        f"loadavg: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        f"python {platform.python_version()}  pulsar-client {pkg_version('pulsar-client')}  workdir: {workdir}",
+        f"params: {json.dumps(asdict(params))}",
+        f"scenarios: {', '.join(n for n, _ in plan)}",
+    ]
+    print("\n".join(header), flush=True)
+
+    brokers: list[Broker]
+    if args.service_url:
+        brokers = [ExternalBroker(args.service_url, args.broker_pid)]
+    else:
+        names = ["magnetar", "pulsar-lite"] if args.target == "both" else [args.target]
+        brokers = []
+        for n in names:
+            if n == "magnetar":
+                brokers.append(MagnetarBroker(workdir / "magnetar", args.magnetar_cmd, args.magnetar_args))
+            else:
+                brokers.append(PulsarLiteBroker(workdir / "pulsar-lite", args.pulsar_lite_bin))
+
+    runs = [TargetRun(b, params, run_id) for b in brokers]
+    results = [r.result for r in runs]
+    interrupted = False
+    try:
+        if args.interleave:
+            # Both brokers up at once; each scenario runs on one, then the other, so that load from
+            # outside (other sessions on the shared cores) hits both sides of a ratio alike.
+            for r in runs:
+                r.start()
+            for name, runner in plan:
+                for r in runs:
+                    r.run(name, runner)
+        else:
+            for r in runs:
+                r.start()
+                for name, runner in plan:
+                    r.run(name, runner)
+                r.stop()
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted: stopping brokers", flush=True)
+    finally:
+        for b in brokers:
+            b.stop()
+        if not args.keep and not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    report = {
+        "command": command,
+        "header": header,
+        "params": asdict(params),
+        "interrupted": interrupted,
+        "targets": [],
+        "ratios": None,
+    }
+    print()
+    for t in results:
+        checks = design_checks(t)
+        print(format_table(t))
+        print(format_checks(t, checks))
+        print()
+        report["targets"].append({**asdict(t), "design_targets": checks})
+    by_name = {t.target: t for t in results}
+    if "magnetar" in by_name and "pulsar-lite" in by_name:
+        rows = ratios(by_name["magnetar"], by_name["pulsar-lite"])
+        print(format_ratios("magnetar", "pulsar-lite", rows))
+        report["ratios"] = {"numerator": "magnetar", "denominator": "pulsar-lite", "rows": rows}
+    print(f"\ncommand: {command}")
+    print("note: 2 shared, noisy cores; clients and broker compete for them. Compare ratios within one run.")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"json: {args.json}")
+    failed = interrupted or any(t.error or any(r.error for r in t.scenarios) for t in results)
+    return 1 if failed else 0

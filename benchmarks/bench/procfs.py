@@ -1,0 +1,106 @@
+"""/proc helpers: CPU accounting and listening sockets of the broker's process tree."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _read_stat(pid: int) -> tuple[int, list[str]] | None:
+    """Return (ppid, fields after the command name) of /proc/PID/stat, or None if the process is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    rest = raw[raw.rindex(")") + 2 :].split()
+    return int(rest[1]), rest
+
+
+def process_tree(root: int) -> list[int]:
+    """PIDs of ``root`` and all its live descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _read_stat(int(entry))
+            if st is not None:
+                children.setdefault(st[0], []).append(int(entry))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def tree_cpu_seconds(root: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of the process tree rooted at ``root``.
+
+    Live processes contribute their own times; reaped children are included through their parent's
+    cutime/cstime, so a helper process that exits mid-run is still counted.
+    """
+    user = system = 0
+    for pid in process_tree(root):
+        st = _read_stat(pid)
+        if st is not None:
+            f = st[1]
+            user += int(f[11]) + int(f[13])
+            system += int(f[12]) + int(f[14])
+    return user / CLK_TCK, system / CLK_TCK
+
+
+def host_busy_seconds() -> float:
+    """CPU seconds all processes on the machine spent busy (from /proc/stat), to spot foreign load."""
+    vals = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
+    return (sum(vals[:8]) - idle) / CLK_TCK
+
+
+def _decode_addr(hexaddr: str) -> str:
+    """Decode an address:port column of /proc/net/tcp{,6}."""
+    host, port = hexaddr.split(":")
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
+    else:
+        # IPv6 is stored as four little-endian 32-bit words.
+        words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+        ip = "[" + socket.inet_ntop(socket.AF_INET6, words) + "]"
+    return f"{ip}:{int(port, 16)}"
+
+
+def listening_addresses(root: int) -> list[str]:
+    """TCP addresses on which the process tree listens (to check it stays on loopback)."""
+    inodes: set[str] = set()
+    for pid in process_tree(root):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN
+                    found.append(_decode_addr(cols[1]))
+    return sorted(set(found))
+
+
+def is_loopback(addr: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and IPv4-mapped loopback listen addresses."""
+    host = addr.rsplit(":", 1)[0].strip("[]")
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
+
+
+def free_port() -> int:
+    """A currently unused loopback TCP port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

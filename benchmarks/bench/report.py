@@ -1,0 +1,166 @@
+"""Reporting: result tables, design-target checks and ratios between two brokers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.bench.results import ScenarioResult, TargetResult
+
+# Design targets printed beside the results.
+TARGET_BATCHED_US_PER_MSG = 1.0
+TARGET_NONBATCHED_MSGS_PER_CPU_S = 20_000.0
+TARGET_P99_MS = 20.0
+TARGET_P99_RATE = 2000
+
+
+def fmt(v: float | None, spec: str) -> str:
+    if v is None:
+        return "-"
+    if v == float("inf"):
+        return "inf"
+    return format(v, spec)
+
+
+# Foreign CPU load (cores) above which a row is marked as measured on a busy machine.
+NOISY_OTHER_CORES = 0.3
+
+
+def _noisy(r: ScenarioResult) -> bool:
+    return r.other_cores is not None and r.other_cores > NOISY_OTHER_CORES
+
+
+COLUMNS = [
+    # header, width, getter
+    ("scenario", 22, lambda r: r.name),
+    ("msgs", 9, lambda r: f"{r.messages:,}"),
+    ("secs", 6, lambda r: fmt(r.wall_s, ".2f")),
+    ("msg/s", 9, lambda r: fmt(r.msgs_per_s, ",.0f")),
+    ("MB/s", 7, lambda r: fmt(r.mb_per_s, ".1f")),
+    ("brkCPU-s", 8, lambda r: fmt(r.broker_cpu_s, ".2f")),
+    ("brkCores", 8, lambda r: fmt(r.broker_cores, ".2f")),
+    ("sys%", 4, lambda r: fmt(r.broker_sys_pct, ".0f")),
+    ("brk-us/msg", 10, lambda r: fmt(r.broker_us_per_msg, ".2f")),
+    ("msg/brkCPU-s", 12, lambda r: fmt(r.msgs_per_broker_cpu_s, ",.0f")),
+    ("cliCores", 8, lambda r: fmt(r.client_cores, ".2f")),
+    ("othCores", 8, lambda r: fmt(r.other_cores, ".2f") + ("!" if _noisy(r) else " ")),
+    ("p50ms", 7, lambda r: fmt((r.latency_ms or {}).get("p50"), ".2f")),
+    ("p99ms", 7, lambda r: fmt((r.latency_ms or {}).get("p99"), ".2f")),
+    ("p99.9ms", 7, lambda r: fmt((r.latency_ms or {}).get("p99.9"), ".2f")),
+    ("maxms", 7, lambda r: fmt((r.latency_ms or {}).get("max"), ".1f")),
+    ("err", 4, lambda r: str(r.errors)),
+]
+
+
+def format_table(t: TargetResult) -> str:
+    """A fixed-width table of one target's scenarios, with notes and failures below it."""
+    lines = [
+        f"== {t.target} {t.version} | {t.service_url} | pid {t.pid or '-'} | idle broker "
+        f"{fmt(t.idle_broker_cores, '.3f')} cores | listening {', '.join(t.listening) or '?'}"
+    ]
+    if t.error:
+        lines.append(f"   FAILED: {t.error}")
+    head = " ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w, _) in enumerate(COLUMNS))
+    lines += [head, "-" * len(head)]
+    for r in t.scenarios:
+        if r.error:
+            lines.append(f"{r.name.ljust(22)} ERROR: {r.error.strip().splitlines()[-1]}")
+            continue
+        lines.append(" ".join(g(r).rjust(w) if i else g(r).ljust(w) for i, (_, w, g) in enumerate(COLUMNS)))
+    if any(_noisy(r) for r in t.scenarios if not r.error):
+        lines.append(
+            f"! = other processes kept more than {NOISY_OTHER_CORES} cores busy during that row: "
+            "throughput and latency there are suspect"
+        )
+    notes = [f"  {r.name}: {r.note}" for r in t.scenarios if r.note and not r.error]
+    if notes:
+        lines += ["notes:", *notes]
+    return "\n".join(lines)
+
+
+def design_checks(t: TargetResult) -> list[dict[str, Any]]:
+    """Evaluate the design targets on one target's results (only rows that were run and have CPU data)."""
+    checks: list[dict[str, Any]] = []
+    for r in t.scenarios:
+        if r.error:
+            continue
+        if r.kind in ("publish", "consume") and r.batched and r.broker_us_per_msg is not None:
+            checks.append(
+                {
+                    "target": f"batched < {TARGET_BATCHED_US_PER_MSG:g} us broker CPU/msg",
+                    "scenario": r.name,
+                    "value": f"{r.broker_us_per_msg:.2f} us",
+                    "pass": r.broker_us_per_msg < TARGET_BATCHED_US_PER_MSG,
+                }
+            )
+        if r.kind in ("publish", "consume") and not r.batched and r.msgs_per_broker_cpu_s is not None:
+            checks.append(
+                {
+                    "target": f"non-batched >= {TARGET_NONBATCHED_MSGS_PER_CPU_S:,.0f} msg/broker-CPU-s",
+                    "scenario": r.name,
+                    "value": f"{r.msgs_per_broker_cpu_s:,.0f}",
+                    "pass": r.msgs_per_broker_cpu_s >= TARGET_NONBATCHED_MSGS_PER_CPU_S,
+                }
+            )
+        if r.kind == "latency" and r.target_rate == TARGET_P99_RATE and r.latency_ms and "p99" in r.latency_ms:
+            checks.append(
+                {
+                    "target": f"p99 <= {TARGET_P99_MS:g} ms at {TARGET_P99_RATE:,} msg/s",
+                    "scenario": r.name,
+                    "value": f"{r.latency_ms['p99']:.2f} ms",
+                    "pass": r.latency_ms["p99"] <= TARGET_P99_MS,
+                }
+            )
+    return checks
+
+
+def format_checks(t: TargetResult, checks: list[dict[str, Any]]) -> str:
+    """Design-target lines with PASS/FAIL marks."""
+    if not checks:
+        return f"design targets ({t.target}): nothing to check (no CPU data or scenarios not run)"
+    lines = [f"design targets ({t.target}):"]
+    for c in checks:
+        lines.append(f"  [{'PASS' if c['pass'] else 'FAIL'}] {c['target']:<42} {c['scenario']:<22} {c['value']}")
+    return "\n".join(lines)
+
+
+def ratios(a: TargetResult, b: TargetResult) -> list[dict[str, Any]]:
+    """Per-scenario ratios a/b of throughput, broker CPU per message and latency."""
+    by_name = {r.name: r for r in b.scenarios if not r.error}
+    rows = []
+    for ra in a.scenarios:
+        rb = by_name.get(ra.name)
+        if ra.error or rb is None:
+            continue
+
+        def div(x: float | None, y: float | None) -> float | None:
+            return x / y if x and y else None
+
+        la, lb = ra.latency_ms or {}, rb.latency_ms or {}
+        rows.append(
+            {
+                "scenario": ra.name,
+                "msgs_per_s": div(ra.msgs_per_s, rb.msgs_per_s),
+                "broker_us_per_msg": div(ra.broker_us_per_msg, rb.broker_us_per_msg),
+                "msgs_per_broker_cpu_s": div(ra.msgs_per_broker_cpu_s, rb.msgs_per_broker_cpu_s),
+                "p50": div(la.get("p50"), lb.get("p50")),
+                "p99": div(la.get("p99"), lb.get("p99")),
+                "noisy": _noisy(ra) or _noisy(rb),
+            }
+        )
+    return rows
+
+
+def format_ratios(a: str, b: str, rows: list[dict[str, Any]]) -> str:
+    """Ratio table; for throughput higher is better for ``a``, for CPU/msg and latency lower is."""
+    lines = [
+        f"== ratio {a}/{b} (same run, same parameters; msg/s and msg/CPU-s: >1 favours {a}; "
+        f"us/msg and latency: <1 favours {a})",
+        f"{'scenario':<22} {'msg/s':>8} {'brk-us/msg':>10} {'msg/brkCPU-s':>12} {'p50':>7} {'p99':>7}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['scenario']:<22} {fmt(r['msgs_per_s'], '.2f'):>8} {fmt(r['broker_us_per_msg'], '.2f'):>10}"
+            f" {fmt(r['msgs_per_broker_cpu_s'], '.2f'):>12} {fmt(r['p50'], '.2f'):>7}"
+            f" {fmt(r['p99'], '.2f'):>7}{'  ! busy machine' if r['noisy'] else ''}"
+        )
+    return "\n".join(lines)

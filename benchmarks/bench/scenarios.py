@@ -1,0 +1,335 @@
+"""Orchestration: running worker processes, measuring a scenario, choosing the scenarios of a run."""
+
+from __future__ import annotations
+
+import array
+import multiprocessing as mp
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pulsar
+
+from benchmarks.bench.brokers import Broker, pulsar_client
+from benchmarks.bench.procfs import host_busy_seconds
+from benchmarks.bench.results import Params, ScenarioResult
+from benchmarks.bench.workers import (
+    consumer_worker,
+    latency_consumer_worker,
+    paced_producer_worker,
+    producer_worker,
+    worker_main,
+)
+
+CTX = mp.get_context("spawn")  # never fork a process that may hold C++ client threads
+
+
+@dataclass
+class Window:
+    """What the parent saw around one measured run of workers."""
+
+    t_go: float
+    t_done: float
+    cpu_s: float | None
+    sys_s: float | None
+    host_busy_s: float
+    results: list[dict[str, Any]]
+
+
+class WorkerError(RuntimeError):
+    """A worker failed or timed out."""
+
+
+def run_workers(
+    broker: Broker,
+    jobs: list[tuple[Callable[..., dict[str, Any]], dict[str, Any]]],
+    timeout: float,
+    on_done: Callable[[int, dict[str, Any]], None] | None = None,
+) -> Window:
+    """Start workers, release them together once all are ready, and measure broker CPU around the run."""
+    out = CTX.Queue()
+    go = CTX.Event()
+    procs = [
+        CTX.Process(target=worker_main, args=(body, i, out, go, kw), daemon=True) for i, (body, kw) in enumerate(jobs)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        results: dict[int, dict[str, Any]] = {}
+        deadline = time.monotonic() + 60.0
+
+        def collect(kind: str) -> tuple[int, Any]:
+            while True:
+                try:
+                    wid, got, payload = out.get(timeout=0.5)
+                except queue.Empty:
+                    if time.monotonic() > deadline:
+                        raise WorkerError(f"workers timed out waiting for '{kind}'") from None
+                    dead = [p for p in procs if p.exitcode not in (None, 0)]
+                    if dead:
+                        raise WorkerError(f"worker exited with {dead[0].exitcode}") from None
+                    continue
+                if got == "error":
+                    raise WorkerError(payload)
+                if got != kind:
+                    raise WorkerError(f"unexpected worker message {got!r} while waiting for {kind!r}")
+                return wid, payload
+
+        for _ in procs:
+            collect("ready")
+        cpu0, host0 = broker.cpu_seconds(), host_busy_seconds()
+        t_go = time.monotonic()
+        go.set()
+        deadline = t_go + timeout
+        for _ in procs:
+            wid, res = collect("done")
+            results[wid] = res
+            if on_done:
+                on_done(wid, res)
+        t_done = time.monotonic()
+        cpu1, host1 = broker.cpu_seconds(), host_busy_seconds()
+        ordered = [results[i] for i in range(len(procs))]
+        if cpu0 is None or cpu1 is None:
+            return Window(t_go, t_done, None, None, host1 - host0, ordered)
+        sys_s = cpu1[1] - cpu0[1]
+        return Window(t_go, t_done, cpu1[0] - cpu0[0] + sys_s, sys_s, host1 - host0, ordered)
+    except BaseException:
+        for p in procs:  # failure or Ctrl-C: do not wait for workers to finish their run
+            p.terminate()
+        raise
+    finally:
+        for p in procs:
+            p.join(10.0)
+            if p.is_alive():
+                p.terminate()
+                p.join(5.0)
+        out.close()
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def _error_kinds(results: list[dict[str, Any]]) -> str:
+    kinds = sorted({k for r in results for k in r.get("error_kinds", [])})
+    return f"; send errors: {', '.join(kinds)}" if kinds else ""
+
+
+def _fill_cpu(res: ScenarioResult, win: Window, wall: float) -> None:
+    """Derive rates and broker CPU figures from a measured window."""
+    res.wall_s = wall
+    res.msgs_per_s = res.messages / wall if wall > 0 else 0.0
+    res.mb_per_s = res.messages * res.size / wall / 1e6 if wall > 0 else 0.0
+    res.client_cpu_s = sum(r["cpu"] for r in win.results)
+    res.client_cores = res.client_cpu_s / wall if wall > 0 else 0.0
+    span = win.t_done - win.t_go
+    if span > 0 and win.cpu_s is not None:  # without broker CPU the broker itself would count as "other"
+        # Whatever the machine did besides this broker and these clients: other sessions, kernel work.
+        other = win.host_busy_s - (win.cpu_s or 0.0) - res.client_cpu_s
+        res.other_cores = max(0.0, other / span)
+    if win.cpu_s is not None and res.messages:
+        res.broker_cpu_s = win.cpu_s
+        res.broker_sys_pct = 100.0 * (win.sys_s or 0.0) / win.cpu_s if win.cpu_s > 0 else 0.0
+        res.broker_cores = win.cpu_s / (win.t_done - win.t_go)
+        # Zero means below the 1/CLK_TCK resolution of /proc: leave both figures unknown, not 0 or inf.
+        if win.cpu_s > 0:
+            res.broker_us_per_msg = win.cpu_s / res.messages * 1e6
+            res.msgs_per_broker_cpu_s = res.messages / win.cpu_s
+
+
+class Bench:
+    """Runs the scenarios of one run against one broker."""
+
+    def __init__(self, broker: Broker, params: Params, run_id: str) -> None:
+        self.broker = broker
+        self.p = params
+        self.run_id = run_id
+        self.batch = (params.batch_max_messages, params.batch_max_bytes, params.batch_max_delay_ms)
+
+    def topic(self, name: str) -> str:
+        """A fresh topic per scenario so that no scenario sees another's data."""
+        return f"persistent://{self.p.namespace}/bench-{name}-{self.run_id}"
+
+    def publish(self, name: str, size: int, batched: bool, duration: float) -> ScenarioResult:
+        """Publish throughput with ``producers`` processes on one topic."""
+        res = ScenarioResult(name, "publish", size, batched)
+        pending = self.p.max_pending_batched if batched else self.p.max_pending
+        topic = self.topic(name)
+        kw = dict(
+            url=self.broker.service_url,
+            topic=topic,
+            size=size,
+            batched=batched,
+            max_pending=pending,
+            batch=self.batch,
+            duration=duration,
+        )
+        win = run_workers(self.broker, [(producer_worker, kw)] * self.p.producers, self.p.timeout)
+        res.messages = sum(r["acked"] for r in win.results)
+        res.errors = sum(r["errors"] for r in win.results)
+        _fill_cpu(res, win, max(r["t1"] for r in win.results) - win.t_go)
+        res.note = f"{self.p.producers} producer procs, {pending} outstanding each" + _error_kinds(win.results)
+        return res
+
+    def consume(self, name: str, batched: bool) -> ScenarioResult:
+        """Pre-fill a backlog (unmeasured), then drain it with one consumer (measured)."""
+        size = self.p.consume_size
+        count = self.p.backlog_batched if batched else self.p.backlog
+        res = ScenarioResult(name, "consume", size, batched)
+        topic = self.topic(name)
+        url = self.broker.service_url
+        # The durable subscription must exist before the fill so that the backlog is retained.
+        client = pulsar_client(url)
+        try:
+            client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest).close()
+        finally:
+            client.close()
+        pending = self.p.max_pending_batched if batched else self.p.max_pending
+        fill_jobs = [
+            (
+                producer_worker,
+                dict(
+                    url=url,
+                    topic=topic,
+                    size=size,
+                    batched=batched,
+                    max_pending=pending,
+                    batch=self.batch,
+                    count=n,
+                ),
+            )
+            for n in _split(count, self.p.producers)
+        ]
+        fill = run_workers(self.broker, fill_jobs, self.p.timeout)
+        filled = sum(r["acked"] for r in fill.results)
+        fill_wall = max(r["t1"] for r in fill.results) - fill.t_go
+        kw = dict(
+            url=url,
+            topic=topic,
+            subscription="bench",
+            count=filled,
+            receiver_queue=self.p.receiver_queue,
+            timeout=self.p.timeout - 10,
+        )
+        win = run_workers(self.broker, [(consumer_worker, kw)], self.p.timeout)
+        r = win.results[0]
+        res.messages = r["received"]
+        res.errors = filled - r["received"] + sum(x["errors"] for x in fill.results)
+        _fill_cpu(res, win, r["t1"] - win.t_go)
+        res.note = (
+            f"backlog {filled} filled at {filled / fill_wall:,.0f} msg/s; 1 consumer, queue {self.p.receiver_queue}"
+            + _error_kinds(fill.results)
+        )
+        return res
+
+    def latency(self, name: str, rate: int) -> ScenarioResult:
+        """Paced producer and a consumer in separate processes; latency = receive time - send time."""
+        size, duration = self.p.latency_size, self.p.latency_duration
+        res = ScenarioResult(name, "latency", size, False, target_rate=rate)
+        topic = self.topic(name)
+        url = self.broker.service_url
+        expected = CTX.Value("q", -1)
+
+        def on_done(wid: int, r: dict[str, Any]) -> None:
+            if wid == 0:  # the producer: now the consumer knows how many to wait for
+                expected.value = r["acked"]
+
+        skip = int(rate * self.p.latency_warmup)
+        jobs = [
+            (paced_producer_worker, dict(url=url, topic=topic, size=size, rate=rate, duration=duration)),
+            (
+                latency_consumer_worker,
+                dict(
+                    url=url,
+                    topic=topic,
+                    receiver_queue=self.p.receiver_queue,
+                    skip=skip,
+                    expected=expected,
+                    timeout=duration + 60,
+                ),
+            ),
+        ]
+        win = run_workers(self.broker, jobs, duration + 90, on_done=on_done)
+        prod, cons = win.results
+        res.messages = prod["acked"]
+        res.errors = prod["errors"] + max(0, prod["acked"] - cons["received"])
+        _fill_cpu(res, win, cons["t1"] - win.t_go)
+        achieved = prod["sent"] / (prod["t1"] - prod["t0"])
+        res.msgs_per_s = achieved  # the meaningful rate here is what the paced producer achieved
+        res.mb_per_s = achieved * size / 1e6
+        lat = array.array("q")
+        lat.frombytes(cons["latencies"])
+        res.latency_ms = percentiles(lat)
+        res.note = f"achieved {achieved:,.0f}/{rate:,} msg/s; first {skip} msgs ({self.p.latency_warmup:g} s) excluded"
+        if achieved < 0.95 * rate:
+            res.note += "; PRODUCER COULD NOT KEEP THE RATE"
+        res.note += _error_kinds([prod])
+        return res
+
+    def idle_cores(self, seconds: float = 2.0) -> float | None:
+        """Broker CPU while nothing is sent (background timers, compaction)."""
+        c0 = self.broker.cpu_seconds()
+        if c0 is None:
+            return None
+        time.sleep(seconds)
+        c1 = self.broker.cpu_seconds()
+        return None if c1 is None else (sum(c1) - sum(c0)) / seconds
+
+
+def percentiles(samples_ns: array.array) -> dict[str, float]:
+    """p50/p99/p99.9/max in milliseconds (nearest-rank)."""
+    if not samples_ns:
+        return {"samples": 0}
+    s = sorted(samples_ns)
+    n = len(s)
+
+    def pct(q: float) -> float:
+        return s[min(n - 1, max(0, int(q * n + 0.999999) - 1))] / 1e6
+
+    return {
+        "samples": n,
+        "p50": pct(0.50),
+        "p99": pct(0.99),
+        "p99.9": pct(0.999),
+        "max": s[-1] / 1e6,
+        "mean": sum(s) / n / 1e6,
+    }
+
+
+def _size_label(size: int) -> str:
+    return f"{size // 1024}KB" if size % 1024 == 0 else f"{size}B"
+
+
+def scenario_plan(params: Params, selected: list[str]) -> list[tuple[str, Callable[[Bench], ScenarioResult]]]:
+    """Ordered (name, runner) list; ``selected`` holds scenario names or groups."""
+    groups: dict[str, list[tuple[str, Callable[[Bench], ScenarioResult]]]] = {
+        "publish": [],
+        "batched": [],
+        "consume": [],
+        "latency": [],
+    }
+    for size in params.sizes:
+        n = f"publish-{_size_label(size)}"
+        groups["publish"].append((n, lambda b, n=n, size=size: b.publish(n, size, False, b.p.duration)))
+    for size in params.sizes:
+        n = f"publish-batched-{_size_label(size)}"
+        groups["batched"].append((n, lambda b, n=n, size=size: b.publish(n, size, True, b.p.duration)))
+    label = _size_label(params.consume_size)
+    groups["consume"] = [
+        (f"consume-{label}", lambda b: b.consume(f"consume-{label}", False)),
+        (f"consume-batched-{label}", lambda b: b.consume(f"consume-batched-{label}", True)),
+    ]
+    for rate in params.rates:
+        n = f"latency-{rate}"
+        groups["latency"].append((n, lambda b, n=n, rate=rate: b.latency(n, rate)))
+    plan: list[tuple[str, Callable[[Bench], ScenarioResult]]] = []
+    everything = [item for g in groups.values() for item in g]
+    for want in selected or list(groups):
+        matches = groups.get(want) or [item for item in everything if item[0] == want]
+        if not matches:
+            names = ", ".join([*groups, *(n for n, _ in everything)])
+            raise SystemExit(f"unknown scenario {want!r}; choose from: {names}")
+        plan.extend(m for m in matches if m not in plan)
+    return plan

@@ -1,0 +1,247 @@
+"""Client worker processes.
+
+Each reports ("ready", None), waits for the shared go event, runs, and reports ("done", dict) or
+("error", traceback) on the queue. They ignore SIGINT: the parent ends them."""
+
+from __future__ import annotations
+
+import array
+import signal
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import pulsar
+
+from benchmarks.bench.brokers import pulsar_client
+
+# Payload header of latency messages: monotonic send time (ns) and sequence number.
+LATENCY_HEADER = struct.Struct("<QQ")
+
+
+def worker_main(body: Callable[..., dict[str, Any]], wid: int, out: Any, go: Any, kw: dict[str, Any]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+
+        def ready() -> None:
+            out.put((wid, "ready", None))
+            go.wait()
+
+        out.put((wid, "done", body(ready=ready, **kw)))
+    except BaseException:
+        out.put((wid, "error", traceback.format_exc()))
+
+
+def _await_callbacks(acked: list[int], sent: int, timeout: float = 60.0) -> None:
+    """Wait until every send callback has run: flush() can return before the last callbacks do."""
+    deadline = time.monotonic() + timeout
+    while sum(acked) < sent and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def producer_worker(
+    ready: Callable[[], None],
+    url: str,
+    topic: str,
+    size: int,
+    batched: bool,
+    max_pending: int,
+    batch: tuple[int, int, int],
+    duration: float | None = None,
+    count: int | None = None,
+) -> dict[str, Any]:
+    """Publish as fast as the bounded outstanding window allows, for ``duration`` s or ``count`` msgs."""
+    client = pulsar_client(url)
+    producer = client.create_producer(
+        topic,
+        batching_enabled=batched,
+        batching_max_messages=batch[0],
+        batching_max_allowed_size_in_bytes=batch[1],
+        batching_max_publish_delay_ms=batch[2],
+        # The client blocks send_async when this many are unacknowledged: the bounded window.
+        max_pending_messages=max_pending,
+        block_if_queue_full=True,
+        send_timeout_millis=60_000,
+    )
+    payload = b"x" * size
+    acked = [0, 0]  # ok, failed
+
+    failures: set[str] = set()
+
+    def on_sent(res: pulsar.Result, _msg_id: Any) -> None:
+        if res == pulsar.Result.Ok:
+            acked[0] += 1
+        else:
+            acked[1] += 1
+            failures.add(str(res))
+
+    ready()
+    cpu0, t0 = time.process_time(), time.monotonic()
+    sent = 0
+    end = t0 + duration if duration is not None else float("inf")
+    limit = count if count is not None else sys.maxsize
+    chunk = 100  # check the clock once per chunk, not per message
+    while sent < limit and time.monotonic() < end:
+        for _ in range(min(chunk, limit - sent)):
+            producer.send_async(payload, on_sent)
+        sent += min(chunk, limit - sent)
+    producer.flush()
+    _await_callbacks(acked, sent)
+    t1, cpu1 = time.monotonic(), time.process_time()
+    result = {
+        "sent": sent,
+        "acked": acked[0],
+        "errors": acked[1] + sent - sum(acked),
+        "error_kinds": sorted(failures) + (["no callback"] if sum(acked) < sent else []),
+        "t0": t0,
+        "t1": t1,
+        "cpu": cpu1 - cpu0,
+    }
+    client.close()
+    return result
+
+
+def consumer_worker(
+    ready: Callable[[], None],
+    url: str,
+    topic: str,
+    subscription: str,
+    count: int,
+    receiver_queue: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """Subscribe after the go signal and receive+ack ``count`` messages from the backlog."""
+    client = pulsar_client(url)
+    ready()
+    cpu0, t0 = time.process_time(), time.monotonic()
+    consumer = client.subscribe(
+        topic,
+        subscription,
+        receiver_queue_size=receiver_queue,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    got, nbytes = 0, 0
+    deadline = t0 + timeout
+    while got < count and time.monotonic() < deadline:
+        try:
+            msg = consumer.receive(1000)
+        except pulsar.Timeout:
+            continue
+        nbytes += len(msg.data())
+        consumer.acknowledge(msg)
+        got += 1
+    t1, cpu1 = time.monotonic(), time.process_time()
+    result = {"received": got, "bytes": nbytes, "t0": t0, "t1": t1, "cpu": cpu1 - cpu0}
+    client.close()
+    return result
+
+
+def paced_producer_worker(
+    ready: Callable[[], None], url: str, topic: str, size: int, rate: int, duration: float
+) -> dict[str, Any]:
+    """Publish non-batched at ``rate`` msg/s, stamping each payload with its monotonic send time."""
+    client = pulsar_client(url)
+    producer = client.create_producer(
+        topic, batching_enabled=False, max_pending_messages=10_000, block_if_queue_full=True
+    )
+    pad = b"x" * max(0, size - LATENCY_HEADER.size)
+    acked = [0, 0]
+
+    failures: set[str] = set()
+
+    def on_sent(res: pulsar.Result, _msg_id: Any) -> None:
+        if res == pulsar.Result.Ok:
+            acked[0] += 1
+        else:
+            acked[1] += 1
+            failures.add(str(res))
+
+    ready()
+    cpu0 = time.process_time()
+    start = time.monotonic_ns()
+    end = start + int(duration * 1e9)
+    sent = 0
+    while True:
+        now = time.monotonic_ns()
+        if now >= end:
+            break
+        # Send whatever is due by now: pacing by schedule keeps the long-run rate exact even though
+        # sleep() granularity is coarser than the inter-message gap at 20k msg/s.
+        due = (now - start) * rate // 1_000_000_000
+        while sent < due:
+            producer.send_async(LATENCY_HEADER.pack(time.monotonic_ns(), sent) + pad, on_sent)
+            sent += 1
+        time.sleep(0.0002)
+    producer.flush()
+    _await_callbacks(acked, sent)
+    t1 = time.monotonic_ns()
+    result = {
+        "sent": sent,
+        "acked": acked[0],
+        "errors": acked[1] + sent - sum(acked),
+        "error_kinds": sorted(failures) + (["no callback"] if sum(acked) < sent else []),
+        "t0": start / 1e9,
+        "t1": t1 / 1e9,
+        "cpu": time.process_time() - cpu0,
+    }
+    client.close()
+    return result
+
+
+def latency_consumer_worker(
+    ready: Callable[[], None],
+    url: str,
+    topic: str,
+    receiver_queue: int,
+    skip: int,
+    expected: Any,
+    timeout: float,
+) -> dict[str, Any]:
+    """Receive until the producer's count (set in ``expected`` by the parent) arrived or time is up.
+
+    Returns latencies in ns (as bytes of an int64 array) of messages with sequence >= ``skip``.
+    """
+    client = pulsar_client(url)
+    consumer = client.subscribe(
+        topic,
+        "latency",
+        receiver_queue_size=receiver_queue,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    lat = array.array("q")
+    got = 0
+    ready()
+    cpu0, t0 = time.process_time(), time.monotonic()
+    idle_since: float | None = None
+    while time.monotonic() < t0 + timeout:
+        want = expected.value
+        if 0 <= want <= got:
+            break
+        try:
+            msg = consumer.receive(200)
+        except pulsar.Timeout:
+            # Producer finished and nothing more arrives: give up on lost messages after 5 s.
+            now = time.monotonic()
+            idle_since = idle_since or now
+            if want >= 0 and now - idle_since > 5.0:
+                break
+            continue
+        now_ns = time.monotonic_ns()
+        idle_since = None
+        sent_ns, seq = LATENCY_HEADER.unpack_from(msg.data())
+        if seq >= skip:
+            lat.append(now_ns - sent_ns)
+        consumer.acknowledge(msg)
+        got += 1
+    result = {
+        "received": got,
+        "latencies": lat.tobytes(),
+        "t0": t0,
+        "t1": time.monotonic(),
+        "cpu": time.process_time() - cpu0,
+    }
+    client.close()
+    return result
