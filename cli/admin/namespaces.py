@@ -37,6 +37,11 @@ def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPar
         p.add_argument("namespace", type=NAMESPACE, help="tenant/namespace")
         return p
 
+    def get_and_remove(name: str, what: str, suffix: str) -> None:
+        """``get-NAME`` and ``remove-NAME`` of the policy at ``suffix``."""
+        ns_verb(f"get-{name}", f"Get the {what}", lambda c, a: c.get(_ns_path(a.namespace, suffix)))
+        ns_verb(f"remove-{name}", f"Remove the {what}", lambda c, a: c.call("DELETE", _ns_path(a.namespace, suffix)))
+
     p = verb(
         g,
         "list",
@@ -79,12 +84,7 @@ def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPar
         required=True,
         help="retention size: 4096 (bytes), 10M, 16G, 3T; 0 none, -1 infinite",
     )
-    ns_verb("get-retention", "Get the retention policy", lambda c, a: c.get(_ns_path(a.namespace, "/retention")))
-    ns_verb(
-        "remove-retention",
-        "Remove the retention policy",
-        lambda c, a: c.call("DELETE", _ns_path(a.namespace, "/retention")),
-    )
+    get_and_remove("retention", "retention policy", "/retention")
 
     # message TTL
     p = ns_verb(
@@ -101,12 +101,7 @@ def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPar
         required=True,
         help="TTL: 120 (seconds), 10m, 1h, 2d; 0 disables",
     )
-    ns_verb("get-message-ttl", "Get the message TTL", lambda c, a: c.get(_ns_path(a.namespace, "/messageTTL")))
-    ns_verb(
-        "remove-message-ttl",
-        "Remove the message TTL",
-        lambda c, a: c.call("DELETE", _ns_path(a.namespace, "/messageTTL")),
-    )
+    get_and_remove("message-ttl", "message TTL", "/messageTTL")
 
     # backlog quota
     p = ns_verb(
@@ -154,32 +149,14 @@ def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPar
         lambda c, a: c.call("POST", _ns_path(a.namespace, "/deduplication"), body=a.enable),
     )
     enable_flags(p, "deduplication")
-    ns_verb(
-        "get-deduplication",
-        "Get the deduplication setting",
-        lambda c, a: c.get(_ns_path(a.namespace, "/deduplication")),
-    )
-    ns_verb(
-        "remove-deduplication",
-        "Remove the deduplication setting",
-        lambda c, a: c.call("DELETE", _ns_path(a.namespace, "/deduplication")),
-    )
+    get_and_remove("deduplication", "deduplication setting", "/deduplication")
 
     # auto topic creation
     p = ns_verb("set-auto-topic-creation", "Override the broker's topic auto-creation", _set_auto_topic_creation)
     enable_flags(p, "topic auto-creation")
     p.add_argument("-t", "--type", default="non-partitioned", choices=["partitioned", "non-partitioned"])
     p.add_argument("-n", "--num-partitions", type=int, help="partitions of auto-created partitioned topics")
-    ns_verb(
-        "get-auto-topic-creation",
-        "Get the topic auto-creation override",
-        lambda c, a: c.get(_ns_path(a.namespace, "/autoTopicCreation")),
-    )
-    ns_verb(
-        "remove-auto-topic-creation",
-        "Remove the topic auto-creation override",
-        lambda c, a: c.call("DELETE", _ns_path(a.namespace, "/autoTopicCreation")),
-    )
+    get_and_remove("auto-topic-creation", "topic auto-creation override", "/autoTopicCreation")
 
     # persistence
     p = ns_verb(
@@ -200,9 +177,4 @@ def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPar
     p.add_argument("-w", "--bookkeeper-write-quorum", type=int, required=True, help="copies of each entry")
     p.add_argument("-a", "--bookkeeper-ack-quorum", type=int, required=True, help="acks before an entry is durable")
     p.add_argument("-r", "--ml-mark-delete-max-rate", type=float, default=0.0, help="mark-delete rate limit (0: none)")
-    ns_verb("get-persistence", "Get the persistence policy", lambda c, a: c.get(_ns_path(a.namespace, "/persistence")))
-    ns_verb(
-        "remove-persistence",
-        "Remove the persistence policy",
-        lambda c, a: c.call("DELETE", _ns_path(a.namespace, "/persistence")),
-    )
+    get_and_remove("persistence", "persistence policy", "/persistence")

@@ -18,25 +18,30 @@ _SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _INT = re.compile(r"[+-]?\d+")
 
 
+def _with_unit(value: str, what: str, units: dict[str, int], unit_names: str) -> int:
+    """An integer with an optional one-letter, case-insensitive unit suffix, times that unit."""
+    text = value.strip()
+    if not text:
+        raise ValueError(f"expected a non-empty {what}")
+    unit = text[-1].lower()
+    if unit.isalpha():
+        if unit not in units:
+            raise ValueError(f"invalid {what} unit {text[-1]!r} in {value!r} (use {unit_names})")
+        number = text[:-1]
+        factor = units[unit]
+    else:
+        number, factor = text, 1
+    if not _INT.fullmatch(number):
+        raise ValueError(f"invalid {what} {value!r}")
+    return int(number) * factor
+
+
 def parse_relative_time(value: str) -> int:
     """Seconds in a pulsar-admin relative time: ``120`` (seconds), ``10s``, ``10m``, ``1h``, ``2d``, ``5w``, ``1y``.
 
     ``-1`` stays ``-1`` (Pulsar's "infinite"). Units are case-insensitive, as in pulsar-admin.
     """
-    text = value.strip()
-    if not text:
-        raise ValueError("expected a non-empty time")
-    unit = text[-1].lower()
-    if unit.isalpha():
-        if unit not in _TIME_UNITS:
-            raise ValueError(f"invalid time unit {text[-1]!r} in {value!r} (use s, m, h, d, w or y)")
-        number = text[:-1]
-        factor = _TIME_UNITS[unit]
-    else:
-        number, factor = text, 1
-    if not _INT.fullmatch(number):
-        raise ValueError(f"invalid time {value!r}")
-    return int(number) * factor
+    return _with_unit(value, "time", _TIME_UNITS, "s, m, h, d, w or y")
 
 
 def parse_size(value: str) -> int:
@@ -44,20 +49,7 @@ def parse_size(value: str) -> int:
 
     ``-1`` stays ``-1`` (Pulsar's "infinite").
     """
-    text = value.strip()
-    if not text:
-        raise ValueError("expected a non-empty size")
-    unit = text[-1].lower()
-    if unit.isalpha():
-        if unit not in _SIZE_UNITS:
-            raise ValueError(f"invalid size unit {text[-1]!r} in {value!r} (use k, M, G or T)")
-        number = text[:-1]
-        factor = _SIZE_UNITS[unit]
-    else:
-        number, factor = text, 1
-    if not _INT.fullmatch(number):
-        raise ValueError(f"invalid size {value!r}")
-    return int(number) * factor
+    return _with_unit(value, "size", _SIZE_UNITS, "k, M, G or T")
 
 
 def retention_minutes(value: str) -> int:
