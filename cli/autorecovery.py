@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
-import signal
 
 from magnetar.cli.logs import setup_logging
+from magnetar.cli.process import stop_on_signals
 
 log = logging.getLogger("magnetar.autorecovery")
 
@@ -54,11 +53,7 @@ async def serve(args: argparse.Namespace) -> int:
                 worker.trigger()  # a bookie left: audit now (the grace period still applies)
 
         unwatch = store.watch(AVAILABLE + "/", on_change)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
+        stop = stop_on_signals()
         await worker.start()
         log.info("auto-recovery worker %s running against %s", worker.worker_id, args.metadata_url)
         await stop.wait()

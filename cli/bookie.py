@@ -8,15 +8,13 @@ storage (journal replay) -> TCP server -> registration (leased key) -> HTTP. Shu
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 import os
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from magnetar.cli.logs import setup_logging
+from magnetar.cli.process import Closers, run_event_loop, stop_on_signals
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -36,7 +34,7 @@ class BookieNode:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self._closers: list[Any] = []
+        self._closers = Closers()
         self.bookie: Bookie | None = None
         self.server: BookieServer | None = None
         self.registration: BookieRegistration | None = None
@@ -60,7 +58,7 @@ class BookieNode:
         start = getattr(store, "start", None)
         if start is not None:
             await start()
-        self._closers.append(store.close)
+        self._closers.add(store.close)
 
         cookie = await verify_or_create_cookie(store, self.address, journal_dir, ledger_dirs)
 
@@ -75,22 +73,22 @@ class BookieNode:
         )
         bookie.free_space_check_interval_s = a.disk_check_interval
         await bookie.start()
-        self._closers.append(bookie.close)
+        self._closers.add(bookie.close)
 
         server = self.server = BookieServer(bookie, a.bind_address, a.port, max_inflight_adds=a.max_inflight_adds)
         await server.start()
-        self._closers.append(server.close)
+        self._closers.add(server.close)
 
         info: dict[str, Any] = {"instanceId": cookie.instance_id}
         if a.http_port is not None:
             info["httpAddress"] = f"{host}:{a.http_port}"
         reg = self.registration = BookieRegistration(store, bookie, self.address, ttl_s=a.registration_ttl, info=info)
         await reg.start()
-        self._closers.append(reg.close)
+        self._closers.add(reg.close)
 
         if a.http_port is not None:
             runner = await self._start_http(a.bind_address, a.http_port)
-            self._closers.append(runner.cleanup)
+            self._closers.add(runner.cleanup)
         log.info(
             "bookie %s listening on %s:%d (http %s), journal %s, ledgers %s, instance %s",
             self.address,
@@ -191,12 +189,7 @@ class BookieNode:
 
     async def close(self) -> None:
         """Close components in reverse order of start; each step is bounded."""
-        while self._closers:
-            closer = self._closers.pop()
-            try:
-                await asyncio.wait_for(closer(), 30)
-            except Exception:
-                log.exception("error during bookie shutdown")
+        await self._closers.close_all()
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -204,11 +197,7 @@ async def serve(args: argparse.Namespace) -> int:
     from magnetar.bookie.cookie import CookieMismatchError
     from magnetar.bookie.registration import RegistrationConflictError
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     node = BookieNode(args)
     try:
         try:
@@ -233,11 +222,7 @@ def run(args: argparse.Namespace) -> int:
     if len(args.ledger_dirs) != 1:
         log.error("exactly one ledger directory is supported so far, got %s", args.ledger_dirs)
         return 2
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(serve(args))
-    return uvloop.run(serve(args))
+    return run_event_loop(serve(args))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -6,12 +6,11 @@ with the web service (admin API, lookup, metrics) on top. Components close in re
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from magnetar.cli.process import Closers, stop_on_signals
 
 if TYPE_CHECKING:  # imported lazily, so light sub-commands (admin) never load the broker
     from aiohttp import web
@@ -42,12 +41,12 @@ class BrokerNode:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.service: BrokerService | None = None
-        self._closers: list[Callable[[], Awaitable[Any]]] = []
+        self._closers = Closers()
         self._http: web.AppRunner | None = None
 
     def on_close(self, closer: Callable[[], Awaitable[Any]]) -> None:
         """Register something to close (after everything registered later)."""
-        self._closers.append(closer)
+        self._closers.add(closer)
 
     async def start_broker(self, store: MetadataStore, registry: BookieRegistry) -> BrokerService:
         """Ledger client, managed ledgers, broker service and web service over ``store`` and ``registry``."""
@@ -76,21 +75,12 @@ class BrokerNode:
 
     async def close(self) -> None:
         """Close components in reverse order of start; each step is bounded."""
-        while self._closers:
-            closer = self._closers.pop()
-            try:
-                await asyncio.wait_for(closer(), 30)
-            except Exception:
-                log.exception("error during shutdown")
+        await self._closers.close_all()
 
 
 async def serve_until_signalled(start: Callable[[BrokerNode], Awaitable[None]], node: BrokerNode) -> None:
     """Run ``start(node)``, wait for SIGTERM/SIGINT, then close the node cleanly."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await start(node)
         await stop.wait()
@@ -98,13 +88,3 @@ async def serve_until_signalled(start: Callable[[BrokerNode], Awaitable[None]], 
     finally:
         await node.close()
     log.info("stopped")
-
-
-def run_event_loop(main: Awaitable[None]) -> None:
-    """Run ``main`` on uvloop where available."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(main)  # type: ignore[arg-type]
-    else:
-        uvloop.run(main)  # type: ignore[arg-type]

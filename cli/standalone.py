@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 
 from magnetar.cli.logs import setup_logging
-from magnetar.cli.node import BrokerNode, config_is_valid, run_event_loop, serve_until_signalled
+from magnetar.cli.node import BrokerNode, config_is_valid, serve_until_signalled
+from magnetar.cli.process import run_event_loop
 
 log = logging.getLogger("magnetar.standalone")
 

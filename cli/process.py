@@ -1,0 +1,60 @@
+"""Lifecycle of the long-running sub-commands (standalone, broker, bookie, autorecovery).
+
+Components close in reverse order of start, each step bounded; SIGTERM and SIGINT ask for an orderly
+shutdown; the event loop is uvloop where available.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+log = logging.getLogger("magnetar.process")
+
+#: Seconds one component may take to close before shutdown moves on.
+CLOSE_TIMEOUT_S = 30.0
+
+
+class Closers:
+    """What to close at shutdown: :meth:`close_all` runs it last-registered first."""
+
+    def __init__(self) -> None:
+        self._closers: list[Callable[[], Awaitable[Any]]] = []
+
+    def add(self, closer: Callable[[], Awaitable[Any]]) -> None:
+        """Register something to close (after everything registered later)."""
+        self._closers.append(closer)
+
+    async def close_all(self) -> None:
+        """Close in reverse order of registration; a failing or hanging step is logged and skipped."""
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                await asyncio.wait_for(closer(), CLOSE_TIMEOUT_S)
+            except Exception:
+                log.exception("error during shutdown")
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (where the loop supports signal handlers)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop where available; returns its result."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(main)
+    return uvloop.run(main)
