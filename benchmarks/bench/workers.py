@@ -35,11 +35,33 @@ def worker_main(body: Callable[..., dict[str, Any]], wid: int, out: Any, go: Any
         out.put((wid, "error", traceback.format_exc()))
 
 
-def _await_callbacks(acked: list[int], sent: int, timeout: float = 60.0) -> None:
-    """Wait until every send callback has run: flush() can return before the last callbacks do."""
-    deadline = time.monotonic() + timeout
-    while sum(acked) < sent and time.monotonic() < deadline:
-        time.sleep(0.001)
+class _SendTally:
+    """What the send callbacks reported: acks, failures and the distinct failure results."""
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.failed = 0
+        self.failures: set[str] = set()
+
+    def on_sent(self, res: pulsar.Result, _msg_id: Any) -> None:
+        if res == pulsar.Result.Ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+            self.failures.add(str(res))
+
+    def settle(self, sent: int, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until every send callback has run (flush() can return before the last ones do); the counts."""
+        deadline = time.monotonic() + timeout
+        while self.ok + self.failed < sent and time.monotonic() < deadline:
+            time.sleep(0.001)
+        called = self.ok + self.failed
+        return {
+            "sent": sent,
+            "acked": self.ok,
+            "errors": self.failed + sent - called,
+            "error_kinds": sorted(self.failures) + (["no callback"] if called < sent else []),
+        }
 
 
 def producer_worker(
@@ -67,16 +89,7 @@ def producer_worker(
         send_timeout_millis=60_000,
     )
     payload = b"x" * size
-    acked = [0, 0]  # ok, failed
-
-    failures: set[str] = set()
-
-    def on_sent(res: pulsar.Result, _msg_id: Any) -> None:
-        if res == pulsar.Result.Ok:
-            acked[0] += 1
-        else:
-            acked[1] += 1
-            failures.add(str(res))
+    tally = _SendTally()
 
     ready()
     cpu0, t0 = time.process_time(), time.monotonic()
@@ -86,16 +99,13 @@ def producer_worker(
     chunk = 100  # check the clock once per chunk, not per message
     while sent < limit and time.monotonic() < end:
         for _ in range(min(chunk, limit - sent)):
-            producer.send_async(payload, on_sent)
+            producer.send_async(payload, tally.on_sent)
         sent += min(chunk, limit - sent)
     producer.flush()
-    _await_callbacks(acked, sent)
+    counts = tally.settle(sent)
     t1, cpu1 = time.monotonic(), time.process_time()
     result = {
-        "sent": sent,
-        "acked": acked[0],
-        "errors": acked[1] + sent - sum(acked),
-        "error_kinds": sorted(failures) + (["no callback"] if sum(acked) < sent else []),
+        **counts,
         "t0": t0,
         "t1": t1,
         "cpu": cpu1 - cpu0,
@@ -148,16 +158,7 @@ def paced_producer_worker(
         topic, batching_enabled=False, max_pending_messages=10_000, block_if_queue_full=True
     )
     pad = b"x" * max(0, size - LATENCY_HEADER.size)
-    acked = [0, 0]
-
-    failures: set[str] = set()
-
-    def on_sent(res: pulsar.Result, _msg_id: Any) -> None:
-        if res == pulsar.Result.Ok:
-            acked[0] += 1
-        else:
-            acked[1] += 1
-            failures.add(str(res))
+    tally = _SendTally()
 
     ready()
     cpu0 = time.process_time()
@@ -172,17 +173,14 @@ def paced_producer_worker(
         # sleep() granularity is coarser than the inter-message gap at 20k msg/s.
         due = (now - start) * rate // 1_000_000_000
         while sent < due:
-            producer.send_async(LATENCY_HEADER.pack(time.monotonic_ns(), sent) + pad, on_sent)
+            producer.send_async(LATENCY_HEADER.pack(time.monotonic_ns(), sent) + pad, tally.on_sent)
             sent += 1
         time.sleep(0.0002)
     producer.flush()
-    _await_callbacks(acked, sent)
+    counts = tally.settle(sent)
     t1 = time.monotonic_ns()
     result = {
-        "sent": sent,
-        "acked": acked[0],
-        "errors": acked[1] + sent - sum(acked),
-        "error_kinds": sorted(failures) + (["no callback"] if sum(acked) < sent else []),
+        **counts,
         "t0": start / 1e9,
         "t1": t1 / 1e9,
         "cpu": time.process_time() - cpu0,
