@@ -20,6 +20,7 @@ def verb(
     aliases: Iterable[str] = (),
     parents: list[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
+    """Register verb ``name`` of ``group``, run by ``handler(client, args)``; returns its parser for arguments."""
     p = group.add_parser(name, help=help_text, description=help_text, aliases=list(aliases), parents=parents)
     p.set_defaults(handler=handler)
     return p
@@ -31,10 +32,12 @@ def body(**fields: Any) -> dict[str, Any]:
 
 
 def csv_list(value: str) -> list[str]:
+    """A comma-separated argument as a list (blank items dropped)."""
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def enable_flags(p: argparse.ArgumentParser, what: str, required: bool = True) -> None:
+    """``-e/--enable`` and ``-d/--disable``, exclusive, stored as ``args.enable``."""
     group = p.add_mutually_exclusive_group(required=required)
     group.add_argument("-e", "--enable", dest="enable", action="store_true", default=None, help=f"enable {what}")
     group.add_argument("-d", "--disable", dest="enable", action="store_false", help=f"disable {what}")
