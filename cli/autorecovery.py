@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(serve(args))
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("autorecovery", help="re-replicate the ledgers of lost bookies")
     p.add_argument("--metadata-url", required=True, help="metadata store, e.g. etcd://host:2379")
     p.add_argument("--interval", type=float, default=30.0, help="seconds between passes (default 30)")

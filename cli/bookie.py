@@ -225,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     return run_event_loop(serve(args))
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     env = os.environ.get
     p = sub.add_parser("bookie", help="run one networked bookie (storage node of a cluster)")
     p.add_argument("--metadata-url", required=True, help="metadata store, e.g. etcd://host:2379[,host:2379]")

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("broker", help="run a cluster broker (metadata in etcd, ledgers on bookies)")
     p.add_argument("--metadata-url", help="etcd://host:port[,host:port] (metadataStoreUrl)")
     p.add_argument("--cluster", help="cluster name (clusterName, default magnetar)")

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("initialize-cluster-metadata", help="create a cluster's metadata (idempotent)")
     p.add_argument("--cluster", required=True, help="cluster name")
     p.add_argument("--metadata-url", required=True, help="etcd://host:port[,host:port]")

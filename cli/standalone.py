@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("standalone", help="run broker, bookie and metadata store in one process")
     p.add_argument("--data-dir", help="where messages and metadata live (default ./data)")
     p.add_argument("--port", type=int, help="binary protocol port (brokerServicePort, default 6650)")

@@ -8,7 +8,7 @@ import logging
 import os
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("operator", help="run the Kubernetes operator (Tenant, TopicNamespace, Topic, RetentionPolicy)")
     p.add_argument(
         "-n", "--namespace", action="append", default=[],

@@ -51,7 +51,7 @@ def _common_options(defaults: bool) -> argparse.ArgumentParser:
     return p
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``magnetar admin``."""
     p = sub.add_parser(
         "admin",

@@ -8,7 +8,7 @@ from magnetar.admin_client.paths import api_path
 from magnetar.cli.admin.verbs import verb
 
 
-def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:
     g = sub.add_parser("brokers", help="Operations on brokers").add_subparsers(
         dest="verb", required=True, metavar="VERB"
     )

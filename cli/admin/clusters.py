@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from typing import Any
 
+from magnetar.admin_client.client import AdminClient
 from magnetar.admin_client.paths import api_path
 from magnetar.cli.admin.verbs import body, verb
 
@@ -18,7 +20,11 @@ def _cluster_body(a: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+def _cluster_write(c: AdminClient, a: argparse.Namespace, method: str) -> Any:
+    return c.call(method, api_path("clusters", a.cluster), body=_cluster_body(a))
+
+
+def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:
     g = sub.add_parser("clusters", help="Operations on clusters").add_subparsers(
         dest="verb", required=True, metavar="VERB"
     )
@@ -36,7 +42,7 @@ def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPar
             g,
             name,
             text,
-            lambda c, a, m=method: c.call(m, api_path("clusters", a.cluster), body=_cluster_body(a)),
+            partial(_cluster_write, method=method),
             parents=common,
         )
         p.add_argument("cluster")

@@ -27,7 +27,7 @@ def _set_auto_topic_creation(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.call("POST", _ns_path(a.namespace, "/autoTopicCreation"), body=override)
 
 
-def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:
     g = sub.add_parser("namespaces", help="Operations on namespaces").add_subparsers(
         dest="verb", required=True, metavar="VERB"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from typing import Any
 
 from magnetar.admin_client.client import AdminClient
@@ -26,7 +27,7 @@ def _tenant_write(c: AdminClient, a: argparse.Namespace, method: str) -> Any:
     return c.call(method, api_path("tenants", a.tenant), body=info)
 
 
-def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:
     g = sub.add_parser("tenants", help="Operations on tenants").add_subparsers(
         dest="verb", required=True, metavar="VERB"
     )
@@ -40,7 +41,7 @@ def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPar
     )
     p.add_argument("tenant")
     for name, method, text in (("create", "PUT", "Create a tenant"), ("update", "POST", "Update a tenant")):
-        p = verb(g, name, text, lambda c, a, m=method: _tenant_write(c, a, m), parents=common)
+        p = verb(g, name, text, partial(_tenant_write, method=method), parents=common)
         p.add_argument("tenant")
         p.add_argument("-r", "--admin-roles", type=csv_list, help="comma-separated admin roles")
         p.add_argument(

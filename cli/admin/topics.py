@@ -87,7 +87,7 @@ def _message_by_id(c: AdminClient, a: argparse.Namespace) -> Output:
     return _messages_output(messages_from_response(resp))
 
 
-def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:
     g = sub.add_parser("topics", help="Operations on persistent topics").add_subparsers(
         dest="verb", required=True, metavar="VERB"
     )

@@ -12,7 +12,7 @@ Handler = Callable[[AdminClient, argparse.Namespace], Any]
 
 
 def verb(
-    group: argparse._SubParsersAction,  # type: ignore[type-arg]
+    group: argparse._SubParsersAction,
     name: str,
     help_text: str,
     handler: Handler,
