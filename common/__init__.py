@@ -1,0 +1,1 @@
+"""Small building blocks shared by the broker and the storage layers (no magnetar imports here)."""

@@ -1,0 +1,108 @@
+"""Keeping background tasks: every fire-and-forget task belongs to a :class:`TaskSet` of its owner.
+
+asyncio holds only a weak reference to a running task, so an unreferenced task can vanish
+mid-flight, its exception is reported (if ever) only when it is garbage collected, and at shutdown
+it is destroyed while pending. A ``TaskSet`` keeps a strong reference until the task finishes,
+logs a failure once when it happens, and cancels and awaits what is left when its owner closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+
+class TaskSet:
+    """The background tasks of one owner (a connection, topic, dispatcher, managed ledger...).
+
+    ``expected`` lists exception types that are part of normal operation (a peer went away, a
+    ledger was closed): they are logged as one warning line, anything else with its traceback.
+    Callers that care about a task's outcome can still await the task :meth:`spawn` returns.
+    """
+
+    __slots__ = ("_closed", "_expected", "_log", "_tasks", "name")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        expected: tuple[type[BaseException], ...] = (),
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.name = name
+        self._expected = expected
+        self._log = logger or log
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`cancel` or :meth:`close` was called."""
+        return self._closed
+
+    def spawn(self, coro: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:
+        """Run ``coro`` as a task kept until it finishes.
+
+        On a closed set the task is cancelled before it starts (its owner is gone), so nothing
+        outlives :meth:`close`.
+        """
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        if self._closed:
+            task.cancel()
+            return task
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieving it also stops asyncio's "never retrieved" report
+        if exc is None:
+            return
+        if isinstance(exc, self._expected):
+            self._log.warning("%s: task %s failed: %r", self.name, task.get_name(), exc)
+        else:
+            self._log.error("%s: task %s failed", self.name, task.get_name(), exc_info=exc)
+
+    def cancel(self) -> None:
+        """Cancel every task now and refuse new ones (for owners that close synchronously)."""
+        self._closed = True
+        current = _current_task()
+        for task in self._tasks:
+            if task is not current:  # a task of this set may be closing its owner
+                task.cancel()
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Cancel every task and wait up to ``grace`` seconds for them to finish."""
+        self.cancel()
+        current = _current_task()
+        pending = [t for t in self._tasks if not t.done() and t is not current]
+        if not pending:
+            return
+        _, still = await asyncio.wait(pending, timeout=grace)
+        if still:
+            self._log.warning(
+                "%s: %d task(s) still running %.1fs after cancel: %s",
+                self.name,
+                len(still),
+                grace,
+                ", ".join(sorted(t.get_name() for t in still)),
+            )
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return None
