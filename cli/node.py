@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.cli.process import Closers, stop_on_signals
+from magnetar.cli.process import Closers, report_leftover_tasks, stop_on_signals
 
 if TYPE_CHECKING:  # imported lazily, so light sub-commands (admin) never load the broker
     from aiohttp import web
@@ -87,4 +87,5 @@ async def serve_until_signalled(start: Callable[[BrokerNode], Awaitable[None]], 
         log.info("shutting down")
     finally:
         await node.close()
+        report_leftover_tasks()
     log.info("stopped")

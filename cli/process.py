@@ -58,3 +58,11 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+def report_leftover_tasks() -> None:
+    """After shutdown: every component keeps and cancels its own tasks on close, so name any that outlived it."""
+    current = asyncio.current_task()
+    leftover = sorted(t.get_name() for t in asyncio.all_tasks() if t is not current and not t.done())
+    if leftover:
+        log.warning("%d task(s) still pending after shutdown: %s", len(leftover), ", ".join(leftover))
