@@ -117,6 +117,15 @@ class BrokerConfig:
         "behaviour (a partly acked batch is redelivered whole).",
     )
     dispatcher_max_read_batch_size: int = _setting(100, "Entries read from storage per dispatch round.")
+    dispatcher_read_failure_backoff_initial_time_in_ms: int = _setting(
+        15000, "Wait (ms) before a dispatcher retries a failed read; doubles per failure, reset by a success."
+    )
+    dispatcher_read_failure_backoff_max_time_in_ms: int = _setting(
+        60000, "Longest wait (ms) between a dispatcher's read retries."
+    )
+    dispatcher_read_failure_backoff_mandatory_stop_time_in_ms: int = _setting(
+        0, "Time (ms) after the first failed read at which one retry is made however long the wait has grown (0: none)."
+    )
     # -- namespace defaults and limits
     default_number_of_namespace_bundles: int = _setting(
         1, "Bundles of a namespace created without a bundle count (Pulsar: 4)."

@@ -31,6 +31,7 @@ from magnetar.broker.topic_list import (
     topics_hash,
 )
 from magnetar.broker.topic_name import TopicName
+from magnetar.common.tasks import TaskSet
 from magnetar.managed_ledger.api import EARLIEST, LATEST, Position
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class ServerConnection(asyncio.Protocol):
         self.closed = False
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.tasks = TaskSet("connection")
         self._awaiting_pong = False
         self._keepalive: asyncio.TimerHandle | None = None
 
@@ -75,6 +76,7 @@ class ServerConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.tasks.name = f"connection {self.peer}"
         self.service.connections.add(self)
         self._schedule_keepalive()
 
@@ -83,8 +85,7 @@ class ServerConnection(asyncio.Protocol):
         self.service.connections.discard(self)
         if self._keepalive is not None:
             self._keepalive.cancel()
-        for task in self._tasks:
-            task.cancel()
+        self.tasks.cancel()
         for watcher in self.topic_list_watchers.values():
             self.service.topic_lists.remove(watcher)
         self.topic_list_watchers.clear()
@@ -95,7 +96,8 @@ class ServerConnection(asyncio.Protocol):
             p.closed = True
             p.topic.remove_producer(p)
         if consumers:
-            self.loop.create_task(self._detach_consumers(consumers))
+            # The connection's own tasks are cancelled: the service outlives it.
+            self.service.tasks.spawn(self._detach_consumers(consumers), name=f"detach consumers {self.peer}")
 
     @staticmethod
     async def _detach_consumers(consumers: list[Consumer]) -> None:
@@ -209,9 +211,7 @@ class ServerConnection(asyncio.Protocol):
                 log.exception("request %s from %s failed", request_id, self.peer)
                 self.write(builder(request_id, pb.UnknownError, str(exc)))
 
-        task = self.loop.create_task(guarded())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.tasks.spawn(guarded())
 
     def forget_producer(self, producer_id: int) -> None:
         self.producers.pop(producer_id, None)

@@ -18,7 +18,9 @@ import mmh3
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.delayed_delivery import DelayedDeliveryTracker
 from magnetar.broker.protocol.frames import EntryMeta, entry_meta
-from magnetar.managed_ledger.api import Entry, Position
+from magnetar.common.backoff import Backoff
+from magnetar.common.tasks import TaskSet
+from magnetar.managed_ledger.api import Entry, ManagedLedgerError, Position
 
 if TYPE_CHECKING:
     from magnetar.broker.subscription import Subscription
@@ -45,13 +47,20 @@ class Dispatcher:
         #: Positions to send again (nacked, or unacked by a departed consumer), read before new entries.
         self.redelivery: set[Position] = set()
         self._wakeup = asyncio.Event()
+        self.tasks = TaskSet(f"dispatcher {subscription.name}")
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        c = subscription.topic.service.config
+        self._read_backoff = Backoff(
+            c.dispatcher_read_failure_backoff_initial_time_in_ms / 1000,
+            c.dispatcher_read_failure_backoff_max_time_in_ms / 1000,
+            c.dispatcher_read_failure_backoff_mandatory_stop_time_in_ms / 1000,
+        )
 
     # lifecycle
     def start(self) -> None:
         if self._task is None and not self._closed:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch {self.subscription.name}")
+            self._task = self.tasks.spawn(self._run(), name=f"dispatch {self.subscription.name}")
 
     async def stop(self) -> None:
         """Stop the read loop (cancelling any read in flight)."""
@@ -64,6 +73,7 @@ class Dispatcher:
     async def close(self) -> None:
         self._closed = True
         await self.stop()
+        await self.tasks.close()
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -129,14 +139,24 @@ class Dispatcher:
                     continue
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("read failed on subscription %s; retrying", self.subscription.name)
-                await asyncio.sleep(0.5)
+            except Exception as exc:
+                await self._read_failed(exc)
                 continue
+            self._read_backoff.reset()
             if entries:
                 self._dispatch(entries, replay)
             # Let other tasks (publishers, acks) run between batches.
             await asyncio.sleep(0)
+
+    async def _read_failed(self, exc: Exception) -> None:
+        """Log a failed read and wait before the retry, longer after each failure (Pulsar's readFailureBackoff)."""
+        delay = self._read_backoff.next()
+        name = self.subscription.name
+        if isinstance(exc, ManagedLedgerError):  # storage said no: one line, no traceback
+            log.warning("read failed on subscription %s: %s; retrying in %.1fs", name, exc, delay)
+        else:
+            log.error("read failed on subscription %s; retrying in %.1fs", name, delay, exc_info=exc)
+        await asyncio.sleep(delay)
 
 
 class SingleActiveConsumerDispatcher(Dispatcher):
@@ -190,7 +210,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
         if changed and old is not None and old in self.consumers:
             # The previous active consumer loses its stream: rewind so the new one starts from the
             # first unacknowledged entry.
-            asyncio.get_running_loop().create_task(self.rewind_after(lambda: None))
+            self.tasks.spawn(self.rewind_after(lambda: None), name=f"rewind {self.subscription.name}")
         for c in self.consumers:
             if changed or c is initial:
                 c.notify_active(c is new)

@@ -7,13 +7,13 @@ broker settings). Intervals are Pulsar's settings; every check is bounded and lo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from magnetar.broker.policies import BacklogQuota, EffectivePolicies
+from magnetar.common.tasks import TaskSet
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -30,11 +30,10 @@ class Housekeeper:
 
     def __init__(self, service: BrokerService) -> None:
         self.service = service
-        self._tasks: list[asyncio.Task[None]] = []
+        self.tasks = TaskSet("housekeeping")
 
     def start(self) -> None:
         c = self.service.config
-        loop = asyncio.get_running_loop()
         jobs: list[tuple[str, float, Callable[[], Awaitable[None]]]] = [
             ("message-ttl", c.message_expiry_check_interval_in_minutes * 60, self.expire_messages),
             ("subscription-expiry", c.subscription_expiry_check_interval_in_minutes * 60, self.expire_subscriptions),
@@ -46,15 +45,10 @@ class Housekeeper:
                 ("inactive-topics", c.broker_delete_inactive_topics_frequency_seconds, self.delete_inactive_topics)
             )
         for name, interval, job in jobs:
-            self._tasks.append(loop.create_task(self._every(name, max(interval, 0.1), job), name=name))
+            self.tasks.spawn(self._every(name, max(interval, 0.1), job), name=name)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await self.tasks.close()
 
     async def _every(self, name: str, interval: float, job: Callable[[], Awaitable[None]]) -> None:
         while True:

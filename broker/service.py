@@ -31,6 +31,7 @@ from magnetar.broker.stats import sample_topic
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_list import TopicListService
 from magnetar.broker.topic_name import TopicName
+from magnetar.common.tasks import TaskSet
 from magnetar.managed_ledger.api import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.metadata.api import BadVersionError, MetadataStore, NotFoundError
 
@@ -67,8 +68,8 @@ class BrokerService:
         self._server: asyncio.base_events.Server | None = None
         self._extra_servers: list[asyncio.base_events.Server] = []  # bindAddresses
         self._producer_seq = itertools.count()
-        self._stats_task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        #: The broker's own background work (stats, policy re-application, unloads, consumer detaches).
+        self.tasks = TaskSet("broker service")
         self._instance = 0
 
     @property
@@ -100,7 +101,7 @@ class BrokerService:
         """Reserve a producer-name prefix and start listening on the binary port."""
         self._instance = await self._next_instance()
         loop = asyncio.get_running_loop()
-        self._stats_task = loop.create_task(self._sample_stats(), name="stats")
+        self.tasks.spawn(self._sample_stats(), name="stats")
         self.housekeeper.start()
         self._server = await loop.create_server(
             lambda: ServerConnection(self),
@@ -127,9 +128,7 @@ class BrokerService:
             t for t in self.loaded_topics() if name in (t.name.namespace, str(t.name), str(t.name.partitioned_base))
         ]
         if affected:
-            task = asyncio.get_running_loop().create_task(self._reapply(affected))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self.tasks.spawn(self._reapply(affected), name="reapply policies")
 
     async def _reapply(self, topics: list[PersistentTopic]) -> None:
         for topic in topics:
@@ -416,11 +415,8 @@ class BrokerService:
 
     async def close(self) -> None:
         """Stop accepting, close client connections and every topic (flushing cursors)."""
-        if self._stats_task is not None:
-            self._stats_task.cancel()
+        self.tasks.cancel()
         await self.housekeeper.close()
-        for task in list(self._background):
-            task.cancel()
         self.policies.close()
         self.topic_lists.close()
         for server in self._extra_servers:
@@ -436,3 +432,4 @@ class BrokerService:
         for server in [*self._extra_servers, *([self._server] if self._server is not None else [])]:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)
+        await self.tasks.close()

@@ -88,7 +88,7 @@ class Subscription:
             self.dispatcher = self._make_dispatcher(consumer.sub_type)
             self.sub_type = consumer.sub_type
             if old is not None:
-                self._retired = asyncio.get_running_loop().create_task(old.close())
+                self._retired = self.topic.service.tasks.spawn(old.close(), name=f"retire dispatcher {self.name}")
         self.dispatcher.add_consumer(consumer)  # may refuse (e.g. a Key_Shared range conflict)
         self.consumers.append(consumer)
 

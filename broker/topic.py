@@ -26,6 +26,7 @@ from magnetar.broker.protocol.frames import entry_num_messages, parse_metadata
 from magnetar.broker.stats import Meter
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic_name import TopicName
+from magnetar.common.tasks import TaskSet
 from magnetar.managed_ledger.api import (
     EARLIEST,
     LATEST,
@@ -76,6 +77,8 @@ class PersistentTopic:
         self._exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = deque()
         self.closed = False
         self._loop = asyncio.get_running_loop()
+        #: Publishes being persisted (one task per entry for now).
+        self.tasks = TaskSet(f"topic {name}")
 
     async def initialize(self) -> None:
         """Attach a subscription to every durable cursor recovered by the managed ledger (internal
@@ -223,7 +226,7 @@ class PersistentTopic:
         producer.meter.add(num_messages, len(data))
         self.meter_in.add(num_messages, len(data))
         self.last_active = time.monotonic()
-        self._loop.create_task(self._persist(producer, slot, data))
+        self.tasks.spawn(self._persist(producer, slot, data))
 
     async def _persist(self, producer: Producer, slot: PublishSlot, data: bytes) -> None:
         try:
@@ -231,7 +234,7 @@ class PersistentTopic:
         except ManagedLedgerFencedError:
             self._publish_failed(producer)
             producer.complete(slot, None, (pb.PersistenceError, "Topic is fenced: another broker owns it"))
-            self._loop.create_task(self.service.unload_topic(self))
+            self.service.tasks.spawn(self.service.unload_topic(self), name=f"unload {self.name}")
             return
         except Exception as exc:  # storage failure: the client retries after the error
             log.warning("publish failed on %s: %s", self.name, exc)
@@ -369,6 +372,7 @@ class PersistentTopic:
         with contextlib.suppress(Exception):
             await self.dedup.close()
         await self.ledger.close()
+        await self.tasks.close()  # publishes still in flight end with the ledger
 
 
 def wire_position(message_id: pb.MessageIdData) -> Position:
