@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from magnetar.common.tasks import TaskSet
 from magnetar.ledger.api import LedgerClient
 from magnetar.managed_ledger.api import (
     ManagedLedger,
@@ -64,7 +65,7 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         self._dirty: set[ManagedCursorImpl] = set()
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flush_deadline = 0.0
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet("managed ledger factory")
         #: Number of group flushes run (for tests and metrics).
         self.cursor_flushes = 0
 
@@ -139,8 +140,7 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
-        for task in list(self._tasks):
-            task.cancel()
+        await self._tasks.close()
 
     def forget(self, ml: ManagedLedgerImpl) -> None:
         """``ml`` closed or was deleted: stop listing it."""
@@ -166,9 +166,7 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         if not dirty:
             return
         self.cursor_flushes += 1
-        task = asyncio.get_running_loop().create_task(self._flush(dirty))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._flush(dirty), name="cursor flush")
 
     async def _flush(self, cursors: set[ManagedCursorImpl]) -> None:
         # All writes are issued at once so the metadata store commits them together.

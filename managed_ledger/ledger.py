@@ -656,7 +656,7 @@ class ManagedLedgerImpl(ManagedLedger):
         """Stop this instance without leaving the factory; ``seal`` closes the current ledger (factory use)."""
         # Concurrent close()/delete() calls share one shutdown.
         if self._shutdown_task is None:
-            self._shutdown_task = self._loop.create_task(self._do_shutdown(seal=seal))
+            self._shutdown_task = self._storage.spawn(self._do_shutdown(seal=seal))
         await asyncio.shield(self._shutdown_task)
 
     async def _do_shutdown(self, *, seal: bool) -> None:
@@ -693,7 +693,7 @@ class ManagedLedgerImpl(ManagedLedger):
         await self._writer.release(close_handle=not sealing)
         await self._reader.close()
         self._cache.close()
-        self._storage.cancel_tasks()
+        await self._storage.close_tasks()  # (not this shutdown task itself)
 
     async def delete(self) -> None:
         await self.shutdown(seal=False)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from magnetar.common.tasks import TaskSet
 from magnetar.ledger.api import LedgerClient, ReadHandle
 from magnetar.managed_ledger.api import ManagedLedgerError, ManagedLedgerFencedError
 from magnetar.managed_ledger.metadata import (
@@ -40,7 +41,7 @@ class LedgerStorage:
     """The metadata store and ledger client of the managed ledger ``name``, shared with its writer.
 
     Every call is bounded by ``op_timeout_seconds``; background tasks are kept until
-    :meth:`cancel_tasks`. ``on_fenced(why)`` is called when a write shows another owner took over.
+    :meth:`close_tasks`. ``on_fenced(why)`` is called when a write shows another owner took over.
     """
 
     def __init__(
@@ -58,8 +59,7 @@ class LedgerStorage:
         self._on_fenced = on_fenced
         self._path = ledger_path(name)
         self._info_version = NOT_EXISTS
-        self._loop = asyncio.get_running_loop()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet(f"managed ledger {name}")
 
     async def io(self, aw: Awaitable[T], what: str) -> T:
         """Await a storage call bounded by the operation timeout (:class:`ManagedLedgerError` on timeout)."""
@@ -71,21 +71,11 @@ class LedgerStorage:
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run ``coro`` as a background task kept (and failures logged) until it ends or is cancelled."""
-        task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
+        return self._tasks.spawn(coro)
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s: background task failed", self.name, exc_info=task.exception())
-
-    def cancel_tasks(self) -> None:
-        """Cancel every background task except the calling one."""
-        for task in list(self._tasks):
-            if task is not asyncio.current_task():
-                task.cancel()
+    async def close_tasks(self) -> None:
+        """Cancel every background task except the calling one, and wait (bounded) for them to end."""
+        await self._tasks.close()
 
     async def close_handle_quietly(self, handle: ReadHandle) -> None:
         """Close a ledger handle; a failure is only logged."""
