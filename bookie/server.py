@@ -14,6 +14,8 @@ import logging
 from dataclasses import dataclass
 from functools import partial
 
+from magnetar.common.tasks import TaskSet
+
 from . import protocol as p
 from .api import BookieError
 from .bookie import Bookie
@@ -62,7 +64,7 @@ class BookieServerProtocol(asyncio.Protocol):
         self._max_inflight = server.max_inflight_adds
         self._read_paused = False
         self._write_paused = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("bookie connection")
         self._closed = False
         self.peer = "?"
 
@@ -72,6 +74,7 @@ class BookieServerProtocol(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._tasks.name = f"bookie connection {self.peer}"
         self._server._connections.add(self)
         self._stats.connections += 1
         self._stats.connections_total += 1
@@ -83,8 +86,7 @@ class BookieServerProtocol(asyncio.Protocol):
         self._stats.connections -= 1
         self._stats.inflight_adds -= self._inflight_adds
         self._inflight = self._inflight_adds = 0
-        for task in self._tasks:
-            task.cancel()
+        self._tasks.cancel()
         log.debug("bookie connection from %s closed: %r", self.peer, exc)
 
     def pause_writing(self) -> None:
@@ -218,12 +220,9 @@ class BookieServerProtocol(asyncio.Protocol):
         self._inflight += 1
         if self._inflight >= self._max_inflight and not self._read_paused:
             self._update_reading()
-        task = self._loop.create_task(self._serve(op, rid, body))
-        self._tasks.add(task)
-        task.add_done_callback(self._request_done)
+        self._tasks.spawn(self._serve(op, rid, body)).add_done_callback(self._request_done)
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
         if self._closed:
             return
         self._inflight -= 1
