@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -99,6 +99,11 @@ class TaskSet:
                 grace,
                 ", ".join(sorted(t.get_name() for t in still)),
             )
+
+
+async def awaited(aw: Awaitable[T]) -> T:
+    """A coroutine for any awaitable (a listener may return a future), so it can be spawned."""
+    return await aw
 
 
 def _current_task() -> asyncio.Task[Any] | None:

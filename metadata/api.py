@@ -8,14 +8,13 @@ Versions start at 0 on creation and grow by one on every update, as in ZooKeeper
 from __future__ import annotations
 
 import abc
-import asyncio
-import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+
+from magnetar.common.tasks import TaskSet, awaited
 
 log = logging.getLogger(__name__)
 
@@ -78,23 +77,15 @@ class Notification:
 Listener = Callable[[Notification], Awaitable[None] | None]
 
 
-def invoke_listener(listener: Listener, note: Notification, tasks: set[asyncio.Task[Any]]) -> None:
-    """Call a watch listener: a failure is logged, not raised; a coroutine's task stays in ``tasks`` until done."""
+def invoke_listener(listener: Listener, note: Notification, tasks: TaskSet) -> None:
+    """Call a watch listener: a failure is logged, not raised; a coroutine runs as a task of ``tasks``."""
     try:
         res = listener(note)
     except Exception:
         log.exception("metadata watch listener failed for %s", note.path)
         return
     if inspect.isawaitable(res):
-        task = asyncio.ensure_future(res)
-        tasks.add(task)
-        task.add_done_callback(functools.partial(_listener_done, tasks))
-
-
-def _listener_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:
-    tasks.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        log.error("metadata watch listener failed", exc_info=task.exception())
+        tasks.spawn(awaited(res), name=f"watch listener {note.path}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import (
     NOT_EXISTS,
     BadVersionError,
@@ -159,7 +160,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
         self._watchers: list[_Watcher] = []
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet("embedded metadata store")
         self._session_ids = itertools.count(1)
         self._live_sessions: set[int] = set()  # mutated by the loop (add) and the worker (discard)
         self._conn: sqlite3.Connection | None = None
@@ -239,8 +240,7 @@ class EmbeddedMetadataStore(MetadataStore):
         ok = await loop.run_in_executor(None, self._stopped.wait, self.op_timeout_seconds)
         if not ok:
             log.warning("metadata store worker did not stop within %.1fs", self.op_timeout_seconds)
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()  # (listeners may run on other loops: cancel only, as their loops finish them)
 
     async def _close_session(self, session_id: int) -> None:
         await self._call("close_session", session_id)

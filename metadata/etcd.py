@@ -58,7 +58,6 @@ process would clash with it in protobuf's registry.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections import deque
@@ -68,6 +67,7 @@ from typing import Any
 
 from aetcd import rpc
 
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import (
     MAX_TRANSACTION_OPS,
     NOT_EXISTS,
@@ -232,7 +232,7 @@ class EtcdMetadataStore(MetadataStore):
         self._inflight_keys: set[bytes] = set()
         self._inflight = 0
         self._flush_handle: asyncio.Handle | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet("etcd store", expected=(MetadataError,))
         self._sessions: set[EtcdSession] = set()
         self._watch = WatchHub(self._transport)
         self._transport.set_watch_events(self._watch)
@@ -252,11 +252,6 @@ class EtcdMetadataStore(MetadataStore):
     async def start(self) -> None:
         """Connect and read the current revision; :class:`StoreUnavailableError` if etcd is unreachable."""
         await self._transport.ensure_connected()
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------ reads
 
@@ -409,7 +404,7 @@ class EtcdMetadataStore(MetadataStore):
                 return
             self._inflight += 1
             self._inflight_keys.update(op.key for op in batch)
-            self._spawn(self._send_batch(batch))
+            self._tasks.spawn(self._send_batch(batch), name="etcd batch")
 
     def _take_batch(self) -> list[_Op]:
         batch: list[_Op] = []
@@ -653,11 +648,7 @@ class EtcdMetadataStore(MetadataStore):
             if not op.future.done():
                 op.future.set_exception(StoreUnavailableError("metadata store is closed"))
         await self._watch.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._tasks.close()
         await transport.close()
 
 

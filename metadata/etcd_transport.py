@@ -17,7 +17,6 @@ The channel is bound to the event loop of the first call: use a store from one l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from urllib.parse import parse_qsl, urlsplit
 import grpc
 from aetcd import rpc
 
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import MetadataError, StoreUnavailableError
 
 log = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ class EtcdTransport:
         self._connect_lock = asyncio.Lock()
         self._closing = False
         self._closed = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet("etcd transport")
         self._watch: WatchEvents | None = None
 
     def set_watch_events(self, watch: WatchEvents) -> None:
@@ -269,11 +269,7 @@ class EtcdTransport:
 
     async def close(self) -> None:
         """Stop background tasks and close the channel (after :meth:`mark_closed`)."""
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._tasks.close()
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.channel.close()
@@ -353,9 +349,7 @@ class EtcdTransport:
         self._conn = None
         self._endpoint_index = (self._endpoint_index + 1) % len(self.endpoints)
         log.info("etcd %s unavailable, switching to %s", old.target, self.endpoints[self._endpoint_index])
-        task = asyncio.get_running_loop().create_task(old.channel.close(grace=1.0))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(old.channel.close(grace=1.0), name=f"close channel {old.target}")
         if self._watch is not None:
             self._watch.restart_stream()
 

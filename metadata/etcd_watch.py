@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 from aetcd import rpc
 
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import Listener, Notification, NotificationType, invoke_listener
 from magnetar.metadata.etcd_transport import EtcdTransport, prefix_end
 
@@ -75,7 +76,7 @@ class WatchHub:
         self._ids = itertools.count(1)
         self._requests: asyncio.Queue[Any] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet("etcd watch")
         self._wakeup: asyncio.Event | None = None
         self._call: Any = None
         self._stream_up = False
@@ -130,7 +131,7 @@ class WatchHub:
             self.enabled = asyncio.Event()
             self.enabled.set()
         if self._task is None or self._task.done():
-            self._task = loop.create_task(self._run(), name="etcd-watch")
+            self._task = self._tasks.spawn(self._run(), name="etcd-watch")
         self._wakeup.set()
         if self._stream_up:
             for pw in list(self._watches.values()):
@@ -138,13 +139,7 @@ class WatchHub:
                     self._job(pw, self._activate)
 
     async def close(self) -> None:
-        for t in [self._task, *self._tasks]:
-            if t is not None:
-                t.cancel()
-        for t in [self._task, *self._tasks]:
-            if t is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+        await self._tasks.close()
         self._watches.clear()
         self._by_id.clear()
 
@@ -241,9 +236,7 @@ class WatchHub:
             finally:
                 pw.busy = False
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(run(), name=f"etcd watch job {pw.prefix}")
 
     async def _activate(self, pw: _PrefixWatch) -> None:
         """Create the server watch of ``pw`` (listing its keys first if never listed)."""
