@@ -20,6 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
+from magnetar.common.tasks import TaskSet
+
 from .api import (
     BookieError,
     BookieFencedError,
@@ -85,7 +87,7 @@ class Bookie(FutureAdds):
         self._last_mark: JournalPosition | None = None
         self._last_checkpoint = time.monotonic()
         self._ckpt_lock = asyncio.Lock()
-        self._ckpt_task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(f"bookie {self.address}")
         self._ckpt_executor: ThreadPoolExecutor | None = None
         self._read_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -130,7 +132,7 @@ class Bookie(FutureAdds):
             raise
         self.journal.start(loop)
         self._last_checkpoint = time.monotonic()
-        self._ckpt_task = loop.create_task(self._checkpoint_loop(), name=f"bookie-checkpoint-{self.address}")
+        self._tasks.spawn(self._checkpoint_loop(), name=f"bookie-checkpoint-{self.address}")
         self.status = BookieStatus.RUNNING
         self._accepting = True
         log.info(
@@ -201,10 +203,7 @@ class Bookie(FutureAdds):
             return
         self.status = BookieStatus.CLOSING
         self._accepting = False
-        if self._ckpt_task is not None:
-            self._ckpt_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ckpt_task
+        await self._tasks.close()
         await self.journal.close()
         if self._flush_fut is not None and not self._flush_fut.done():
             # A checkpoint interrupted by the cancellation above still runs in its thread.

@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from magnetar.common.tasks import TaskSet
+
 from .api import BookieError, BookieUnavailableError
 
 log = logging.getLogger(__name__)
@@ -128,7 +130,7 @@ class Journal:
         self._failed: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._thread_done: asyncio.Future[None] | None = None
-        self._watchdog: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("journal")
         # (start time, futures) of the group being written, for the watchdog.
         self._inflight: tuple[float, list[asyncio.Future[None]]] | None = None
         # Owned by the writer thread after open().
@@ -261,7 +263,7 @@ class Journal:
         self._thread_done = loop.create_future()
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
-        self._watchdog = loop.create_task(self._watch())
+        self._tasks.spawn(self._watch(), name="journal-watchdog")
 
     def append(self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes) -> asyncio.Future[None]:
         """Queue one record; the future resolves once it is fdatasync'ed (event loop thread only)."""
@@ -376,10 +378,7 @@ class Journal:
         """Write out what is queued, then stop the writer thread."""
         self._stopping = True
         self._wake.set()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+        await self._tasks.close()
         if self._thread_done is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._thread_done), wait_s)

@@ -17,6 +17,7 @@ import logging
 import time
 from typing import Any
 
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import MetadataError, MetadataStore, NotFoundError, Session
 
 from .api import BookieError
@@ -69,7 +70,7 @@ class BookieRegistration:
         #: The path currently registered, or None.
         self.path: str | None = None
         self.registered = False
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(f"bookie registration {address}")
         self._closed = False
 
     @property
@@ -100,7 +101,7 @@ class BookieRegistration:
                     "is another bookie running with this address?"
                 )
         await self._sync()
-        self._task = asyncio.get_running_loop().create_task(self._monitor(), name="bookie-registration")
+        self._tasks.spawn(self._monitor(), name="bookie-registration")
 
     async def _sync(self) -> None:
         """Make the store match the bookie's mode (and renew a lost session)."""
@@ -137,10 +138,7 @@ class BookieRegistration:
     async def close(self) -> None:
         """Remove the registration (revoking the session deletes the key)."""
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.close()
         session, self._session = self._session, None
         self.registered = False
         if self.path is not None:

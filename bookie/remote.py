@@ -18,6 +18,8 @@ import logging
 import socket
 from typing import Any
 
+from magnetar.common.tasks import TaskSet
+
 from . import protocol as p
 from .api import BookieClient, BookieError, BookieUnavailableError, FutureAdds
 
@@ -200,6 +202,7 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         self._ids = itertools.count(1)
         self._conn: _Connection | None = None
         self._connecting: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(f"bookie client {self.address}")
         #: Requests waiting for the connection: (op, rid, frame, future, deadline).
         self._queued: list[tuple[int, int, bytes, asyncio.Future[Any], float | None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -229,7 +232,7 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         else:
             self._queued.append((op, rid, frame, fut, deadline))
             if self._connecting is None:
-                self._connecting = loop.create_task(self._connect(), name=f"bookie-connect-{self.address}")
+                self._connecting = self._tasks.spawn(self._connect(), name=f"bookie-connect-{self.address}")
         return fut
 
     async def _connect(self) -> None:
@@ -317,10 +320,7 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         if self._closed:
             return
         self._closed = True
-        if self._connecting is not None:
-            self._connecting.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._connecting, self.connect_timeout_s)
+        await self._tasks.close(self.connect_timeout_s)
         err = BookieUnavailableError(f"client of bookie {self.address} is closed")
         queued, self._queued = self._queued, []
         for _, _, _, fut, _ in queued:

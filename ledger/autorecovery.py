@@ -36,6 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from magnetar.bookie.api import BookieError
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import NOT_EXISTS, BadVersionError, MetadataError, MetadataStore, NotFoundError, Session
 
 from . import digest
@@ -118,6 +119,7 @@ class AutoRecovery:
         self._missing_since: dict[str, float] = {}
         self._session: Session | None = None
         self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("autorecovery")
         self._wakeup = asyncio.Event()
         self._pass_lock = asyncio.Lock()
         self._last_pass_ms = 0
@@ -129,7 +131,7 @@ class AutoRecovery:
     async def start(self) -> None:
         """Run passes every ``check_interval_s`` in a background task."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="autorecovery")
+            self._task = self._tasks.spawn(self._run(), name="autorecovery")
 
     def trigger(self) -> None:
         """Run a pass now (e.g. from a registry watch noticing a bookie leave)."""
@@ -138,11 +140,8 @@ class AutoRecovery:
     async def close(self) -> None:
         """Stop the background task and end the session (releasing any lock held)."""
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._tasks.close()
+        self._task = None
         if self._session is not None:
             with contextlib.suppress(MetadataError):
                 await self._session.close()

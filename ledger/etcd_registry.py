@@ -17,6 +17,7 @@ from collections.abc import Callable
 from magnetar.bookie.api import BookieClient, BookieUnavailableError
 from magnetar.bookie.registration import AVAILABLE, READONLY, READONLY_NODE
 from magnetar.bookie.remote import RemoteBookieClient, split_address
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import MetadataError, MetadataStore, Notification, NotificationType
 
 from .registry import BookieRegistry
@@ -51,7 +52,7 @@ class MetadataBookieRegistry(BookieRegistry):
         self._readonly: set[str] = set()
         self._clients: dict[str, RemoteBookieClient] = {}
         self._unwatch: Callable[[], None] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("bookie registry")
         self._started = False
         self._closed = False
 
@@ -62,7 +63,7 @@ class MetadataBookieRegistry(BookieRegistry):
         # Watch before listing: a change between the two is then not lost.
         self._unwatch = self.store.watch(AVAILABLE + "/", self._on_change)
         await self.refresh()
-        self._task = asyncio.get_running_loop().create_task(self._refresh_loop(), name="bookie-registry-refresh")
+        self._tasks.spawn(self._refresh_loop(), name="bookie-registry-refresh")
 
     async def refresh(self) -> None:
         """Re-list the registrations."""
@@ -127,10 +128,7 @@ class MetadataBookieRegistry(BookieRegistry):
         self._closed = True
         if self._unwatch is not None:
             self._unwatch()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.close()
         clients, self._clients = self._clients, {}
         for c in clients.values():
             with contextlib.suppress(Exception):

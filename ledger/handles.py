@@ -18,6 +18,7 @@ from magnetar.bookie.api import (
     BookieNoSuchEntryError,
     BookieUnavailableError,
 )
+from magnetar.common.tasks import TaskSet
 
 from . import digest
 from .api import (
@@ -343,6 +344,7 @@ class LedgerWriteHandle(WriteHandle):
         self._slot_gen: list[int] = [0] * metadata.ensemble_size
         self._changing = False  # an ensemble change is in progress: completions wait for it
         self._change_task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(f"ledger {ledger_id} writer")
         self._changed_at = 0.0  # add timeouts count from the last ensemble change at the earliest
         self.ensemble_changes = 0
         self._degraded_logged = False
@@ -492,7 +494,7 @@ class LedgerWriteHandle(WriteHandle):
             return
         if self._change_task is None and self._error is None and not self._closed:
             self._changing = True
-            self._change_task = self._loop.create_task(self._change_ensemble())
+            self._change_task = self._tasks.spawn(self._change_ensemble(), name=f"ensemble change {self.ledger_id}")
 
     async def _change_ensemble(self) -> None:
         """Replace failed slots until none is left (or none can be replaced), then resume."""
@@ -671,8 +673,7 @@ class LedgerWriteHandle(WriteHandle):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._change_task is not None:
-            self._change_task.cancel()
+        self._tasks.cancel()
         if not self._closed:
             self._closed = True
             if self._on_close is not None:

@@ -9,12 +9,12 @@ owner dies (lease expires).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from aetcd import rpc
 
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import MetadataError, Session
 from magnetar.metadata.etcd_transport import EtcdTransport, SessionExpiredError
 
@@ -38,7 +38,7 @@ class EtcdSession(Session):
         #: Set when etcd reported the lease gone (the owner could not renew it in time).
         self.expired = False
         self.keepalives = 0
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(f"etcd lease {lease_id:x}")
 
     @property
     def id(self) -> int:
@@ -51,7 +51,7 @@ class EtcdSession(Session):
 
     def start(self) -> None:
         """Start renewing the lease."""
-        self._task = asyncio.get_running_loop().create_task(self._keep_alive(), name=f"etcd-lease-{self._id:x}")
+        self._tasks.spawn(self._keep_alive(), name=f"etcd-lease-{self._id:x}")
 
     async def _keep_alive(self) -> None:
         interval = self.ttl / 3
@@ -80,10 +80,7 @@ class EtcdSession(Session):
             return
         self.closed = True
         self._on_close(self)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.close()
         if self.expired:
             return
         try:
