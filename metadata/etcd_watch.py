@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 from aetcd import rpc
 
+from magnetar.common.backoff import Backoff
 from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import Listener, Notification, NotificationType, invoke_listener
 from magnetar.metadata.etcd_transport import EtcdTransport, prefix_end
@@ -158,7 +159,7 @@ class WatchHub:
 
     async def _run(self) -> None:
         assert self._wakeup is not None and self.enabled is not None
-        backoff = 0.05
+        backoff = Backoff(0.05, 1.0)
         while not self._transport.closed:
             if not self._watches:
                 self._wakeup.clear()
@@ -178,7 +179,7 @@ class WatchHub:
                     self._transport.rotate(e)
             finally:
                 if loop.time() - started > 1.0:
-                    backoff = 0.05  # the stream worked for a while: reconnect promptly
+                    backoff.reset()  # the stream worked for a while: reconnect promptly
                 self._stream_up = False
                 self._requests = None
                 self._by_id.clear()
@@ -186,8 +187,7 @@ class WatchHub:
                     pw.watch_id = None
             if self._transport.closed:
                 return
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
+            await asyncio.sleep(backoff.next())
 
     async def _stream_once(self) -> None:
         requests: asyncio.Queue[Any] = asyncio.Queue()
