@@ -226,7 +226,7 @@ class PersistentTopic:
         producer.meter.add(num_messages, len(data))
         self.meter_in.add(num_messages, len(data))
         self.last_active = time.monotonic()
-        self.tasks.spawn(self._persist(producer, slot, data))
+        self.tasks.spawn_batched(self._persist(producer, slot, data))
 
     async def _persist(self, producer: Producer, slot: PublishSlot, data: bytes) -> None:
         try:

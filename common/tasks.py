@@ -17,6 +17,9 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+#: spawn_batched sweeps its list when it reaches twice the tasks still running then, and at least this many.
+_SWEEP_MIN = 64
+
 
 class TaskSet:
     """The background tasks of one owner (a connection, topic, dispatcher, managed ledger...).
@@ -26,7 +29,7 @@ class TaskSet:
     Callers that care about a task's outcome can still await the task :meth:`spawn` returns.
     """
 
-    __slots__ = ("_closed", "_expected", "_log", "_tasks", "name")
+    __slots__ = ("_batch", "_closed", "_expected", "_log", "_sweep_at", "_tasks", "name")
 
     def __init__(
         self,
@@ -39,10 +42,14 @@ class TaskSet:
         self._expected = expected
         self._log = logger or log
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Tasks of :meth:`spawn_batched`, finished ones included until the next sweep.
+        self._batch: list[asyncio.Task[Any]] = []
+        self._sweep_at = _SWEEP_MIN
         self._closed = False
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        """Tasks still running."""
+        return len(self._tasks) + sum(1 for t in self._batch if not t.done())
 
     @property
     def closed(self) -> bool:
@@ -63,8 +70,36 @@ class TaskSet:
         task.add_done_callback(self._done)
         return task
 
+    def spawn_batched(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """:meth:`spawn` for hot paths (a task per published entry): kept and cancelled alike, but
+        finished tasks are dropped (a failure logged) in sweeps over the list instead of by a
+        callback each, which would cost about as much as creating the task. A failure is logged
+        at the next sweep or at :meth:`close`, not at once."""
+        task = asyncio.get_running_loop().create_task(coro)
+        if self._closed:
+            task.cancel()
+            return task
+        batch = self._batch
+        batch.append(task)
+        if len(batch) >= self._sweep_at:
+            self._sweep()
+        return task
+
+    def _sweep(self) -> None:
+        live = []
+        for task in self._batch:
+            if task.done():
+                self._report(task)
+            else:
+                live.append(task)
+        self._batch = live
+        self._sweep_at = max(_SWEEP_MIN, 2 * len(live))
+
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        self._report(task)
+
+    def _report(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
             return
         exc = task.exception()  # retrieving it also stops asyncio's "never retrieved" report
@@ -79,7 +114,7 @@ class TaskSet:
         """Cancel every task now and refuse new ones (for owners that close synchronously)."""
         self._closed = True
         current = _current_task()
-        for task in self._tasks:
+        for task in (*self._tasks, *self._batch):
             if task is not current:  # a task of this set may be closing its owner
                 task.cancel()
 
@@ -87,10 +122,11 @@ class TaskSet:
         """Cancel every task and wait up to ``grace`` seconds for them to finish."""
         self.cancel()
         current = _current_task()
-        pending = [t for t in self._tasks if not t.done() and t is not current]
-        if not pending:
-            return
-        _, still = await asyncio.wait(pending, timeout=grace)
+        pending = [t for t in (*self._tasks, *self._batch) if not t.done() and t is not current]
+        still: set[asyncio.Task[Any]] = set()
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=grace)
+        self._sweep()  # report what failed since the last sweep
         if still:
             self._log.warning(
                 "%s: %d task(s) still running %.1fs after cancel: %s",

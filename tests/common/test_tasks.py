@@ -165,3 +165,68 @@ async def test_a_task_may_close_its_own_set() -> None:
     me = tasks.spawn(closer())
     assert await asyncio.wait_for(asyncio.shield(me), 2) == "closed"
     assert other.cancelled()
+
+
+async def test_batched_tasks_are_kept_swept_and_cancelled_on_close() -> None:
+    tasks = TaskSet("topic")
+    gate = asyncio.Event()
+    done = 0
+
+    async def quick() -> None:
+        nonlocal done
+        done += 1
+
+    async def slow() -> None:
+        await gate.wait()
+
+    slow_ones = [tasks.spawn_batched(slow()) for _ in range(5)]
+    for _ in range(500):
+        tasks.spawn_batched(quick())
+        await asyncio.sleep(0)
+    gc.collect()
+    assert done == 500
+    assert len(tasks) == 5  # the finished ones are gone, the running ones kept
+    await tasks.close(grace=1)
+    assert all(t.cancelled() for t in slow_ones)
+    assert len(tasks) == 0
+
+
+async def test_batched_failure_logged_once_at_the_latest_on_close(caplog: pytest.LogCaptureFixture) -> None:
+    tasks = TaskSet("topic t")
+
+    async def bad() -> None:
+        raise RuntimeError("lost entry")
+
+    async def ok() -> None:
+        pass
+
+    with caplog.at_level(logging.WARNING):
+        failing = tasks.spawn_batched(bad())
+        for _ in range(3):
+            tasks.spawn_batched(ok())
+        await asyncio.wait([failing])
+        await tasks.close(grace=1)
+        for _ in range(200):  # more sweeps must not report it again
+            tasks.spawn_batched(ok())
+        await asyncio.sleep(0)
+    records = [r for r in caplog.records if "lost entry" in str(r.exc_info and r.exc_info[1])]
+    assert len(records) == 1 and records[0].levelno == logging.ERROR
+
+
+async def test_batched_failure_logged_by_a_later_sweep(caplog: pytest.LogCaptureFixture) -> None:
+    tasks = TaskSet("topic t")
+
+    async def bad() -> None:
+        raise RuntimeError("lost entry")
+
+    async def ok() -> None:
+        pass
+
+    with caplog.at_level(logging.WARNING):
+        failing = tasks.spawn_batched(bad())
+        await asyncio.wait([failing])
+        for _ in range(200):  # enough spawns for a sweep
+            tasks.spawn_batched(ok())
+            await asyncio.sleep(0)
+    assert [r for r in caplog.records if "lost entry" in str(r.exc_info and r.exc_info[1])]
+    await tasks.close()
