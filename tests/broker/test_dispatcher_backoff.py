@@ -46,7 +46,7 @@ class _OneAtATime(Dispatcher):
     def _budget(self) -> int:
         return 1 if len(self.got) < self.wanted else 0
 
-    def _dispatch(self, entries: list[Entry]) -> None:
+    def _dispatch(self, entries: list[Entry], replay: bool) -> None:
         self.got.extend(entries)
 
 
