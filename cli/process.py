@@ -63,6 +63,10 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 def report_leftover_tasks() -> None:
     """After shutdown: every component keeps and cancels its own tasks on close, so name any that outlived it."""
     current = asyncio.current_task()
-    leftover = sorted(t.get_name() for t in asyncio.all_tasks() if t is not current and not t.done())
+    leftover = sorted(
+        f"{t.get_name()} ({getattr(t.get_coro(), '__qualname__', '?')})"
+        for t in asyncio.all_tasks()
+        if t is not current and not t.done()
+    )
     if leftover:
         log.warning("%d task(s) still pending after shutdown: %s", len(leftover), ", ".join(leftover))

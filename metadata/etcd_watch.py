@@ -218,6 +218,7 @@ class WatchHub:
         finally:
             self._call = None
             call.cancel()
+            requests.put_nowait(None)  # ends request_iter, and with it gRPC's task reading from it
 
     def _job(self, pw: _PrefixWatch, job: Callable[[_PrefixWatch], Any]) -> None:
         """Run ``job(pw)`` in a task unless one already runs for ``pw``."""

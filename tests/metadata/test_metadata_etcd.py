@@ -675,3 +675,39 @@ def test_etcd_urls() -> None:
     assert isinstance(s, EtcdMetadataStore) and s.prefix == "/magnetar" and s.op_timeout_seconds == 7
     with pytest.raises(ValueError):
         open_metadata_store("etcd://")
+
+
+async def test_closed_store_leaves_no_task_behind_after_etcd_restart(tmp_path: Path) -> None:
+    """A broken watch stream's request feeder (a gRPC task reading our request iterator) ends with it."""
+    _etcd_or_skip()
+    server = EtcdServer(tmp_path / "etcd")
+    server.start()
+    s = EtcdMetadataStore(server.endpoint, prefix="/r", op_timeout_seconds=1)
+    try:
+        seen: list[str] = []
+        s.watch("/w/", lambda n: seen.append(n.path))
+        await s.put("/w/before", b"")
+        await eventually(lambda: seen == ["/w/before"])
+        server.stop()
+        await eventually(lambda: not s._watch.connected)
+        server.start()
+        deadline = time.monotonic() + 15
+        while True:  # the channel reconnects by itself
+            try:
+                await s.put("/w/after", b"")
+                break
+            except StoreUnavailableError:
+                assert time.monotonic() < deadline, "no recovery after the restart"
+                await asyncio.sleep(0.1)
+        await eventually(lambda: "/w/after" in seen)
+    finally:
+        await s.close()
+        server.stop()
+    await asyncio.sleep(0.1)  # cancelled tasks finish
+    current = asyncio.current_task()
+    left = [
+        f"{t.get_name()} {getattr(t.get_coro(), '__qualname__', '?')}"
+        for t in asyncio.all_tasks()
+        if t is not current and not t.done()
+    ]
+    assert left == []
