@@ -130,7 +130,7 @@ async def quota_exceeded(topic: PersistentTopic, eff: EffectivePolicies) -> Back
     if (
         time_quota is not None
         and (time_quota.limitTime or 0) > 0
-        and backlog_age_seconds(topic) > (time_quota.limitTime or 0)
+        and await backlog_age_seconds(topic) > (time_quota.limitTime or 0)
     ):
         return time_quota
     return None

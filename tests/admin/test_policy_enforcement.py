@@ -116,6 +116,26 @@ def test_backlog_quota_producer_exception(node: StandaloneProcess, pclient: puls
     assert _until(lambda: _try_producer(pclient, topic))
 
 
+def test_backlog_quota_by_message_age(node: StandaloneProcess, pclient: pulsar.Client, namespace: str) -> None:
+    """A ``message_age`` quota refuses producers once the oldest unacknowledged message is older than the limit."""
+    _policy(
+        node,
+        namespace,
+        "backlogQuota",
+        {"limitTime": 1, "policy": "producer_exception"},
+        "?backlogQuotaType=message_age",
+    )
+    topic = f"persistent://{namespace}/quota-age"
+    pclient.subscribe(topic, "idle", initial_position=E).close()
+    producer = pclient.create_producer(topic, batching_enabled=False)
+    producer.send(b"ages")
+    producer.close()
+    # Older than the 1 s limit, and seen by the 0.5 s check: new producers are refused.
+    assert _until(lambda: not _try_producer(pclient, topic), timeout=10)
+    with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
+        pclient.create_producer(topic)
+
+
 def _try_producer(client: pulsar.Client, topic: str) -> bool:
     try:
         client.create_producer(topic).close()
