@@ -195,7 +195,10 @@ class ServerConnection(asyncio.Protocol):
             self.write(commands.error(_request_id(cmd), pb.UnknownError, str(exc)))
 
     def _spawn(
-        self, request_id: int, work: Awaitable[None], on_error: Callable[[int, int, str], bytes] | None = None
+        self,
+        request_id: int,
+        work: Awaitable[None],
+        on_error: Callable[[int, pb.ServerError, str], bytes] | None = None,
     ) -> None:
         """Run ``work``; a failure is answered with an ERROR (or ``on_error``) for ``request_id``."""
         builder = on_error or commands.error

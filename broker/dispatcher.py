@@ -11,6 +11,7 @@ import asyncio
 import bisect
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import mmh3
@@ -215,7 +216,7 @@ class SingleActiveConsumerDispatcher(Dispatcher):
             if changed or c is initial:
                 c.notify_active(c is new)
 
-    async def rewind_after(self, change) -> None:  # type: ignore[no-untyped-def]
+    async def rewind_after(self, change: Callable[[], object]) -> None:
         """Stop reading, apply ``change``, move the cursor back to the first unacked entry, resume."""
         await self.stop()
         change()

@@ -12,10 +12,10 @@ class BrokerError(Exception):
     (``None``: derived from the code).
     """
 
-    code: int = pb.UnknownError
+    code: pb.ServerError = pb.UnknownError
     http_status: int | None = None
 
-    def __init__(self, message: str, code: int | None = None, http_status: int | None = None) -> None:
+    def __init__(self, message: str, code: pb.ServerError | None = None, http_status: int | None = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code

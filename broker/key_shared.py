@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_MODE_NAMES = {pb.AUTO_SPLIT: "AUTO_SPLIT", pb.STICKY: "STICKY"}
+_MODE_NAMES: dict[int, str] = {pb.AUTO_SPLIT: "AUTO_SPLIT", pb.STICKY: "STICKY"}
 
 
 class StickyKeyDispatcher(SharedDispatcher):

@@ -7,6 +7,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from magnetar.broker.protocol import commands
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.stats import Meter
 from magnetar.managed_ledger.api import Position
 
@@ -24,7 +25,7 @@ class PublishSlot:
         self.sequence_id = sequence_id
         self.highest_sequence_id = highest_sequence_id
         self.position: Position | None = None
-        self.error: tuple[int, str] | None = None
+        self.error: tuple[pb.ServerError, str] | None = None
 
 
 class Producer:
@@ -56,7 +57,9 @@ class Producer:
         self.pending.append(slot)
         return slot
 
-    def complete(self, slot: PublishSlot, position: Position | None, error: tuple[int, str] | None = None) -> None:
+    def complete(
+        self, slot: PublishSlot, position: Position | None, error: tuple[pb.ServerError, str] | None = None
+    ) -> None:
         """Record the outcome of ``slot`` and send every receipt that is now in order."""
         slot.position = position
         slot.error = error

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SUB_TYPE_NAMES = {
+SUB_TYPE_NAMES: dict[int, str] = {
     SubType.Exclusive: "Exclusive",
     SubType.Shared: "Shared",
     SubType.Failover: "Failover",

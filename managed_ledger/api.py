@@ -178,6 +178,11 @@ class ManagedLedger(abc.ABC):
 
     @property
     @abc.abstractmethod
+    def config(self) -> ManagedLedgerConfig:
+        """The ledger's settings; its owner may change the retention fields while it is open."""
+
+    @property
+    @abc.abstractmethod
     def last_confirmed_entry(self) -> Position:
         """Position of the last durable entry; ``(current_ledger, -1)`` when the log has none."""
 

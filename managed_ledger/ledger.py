@@ -410,7 +410,7 @@ class ManagedLedgerImpl(ManagedLedger):
         async def matches(k: int) -> bool:
             res = predicate(await self.read_entry(at(k)))
             if not isinstance(res, bool):
-                res = await res  # type: ignore[misc]
+                res = await res
             return bool(res)
 
         if not await matches(0):

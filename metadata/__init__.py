@@ -5,12 +5,13 @@ Standalone uses the embedded durable store; a cluster uses etcd behind the same 
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from magnetar.metadata.api import MetadataStore
 
 
-def open_metadata_store(url: str, **kwargs: object) -> MetadataStore:
+def open_metadata_store(url: str, **kwargs: Any) -> MetadataStore:
     """Build a metadata store from a URL.
 
     ``embedded:///abs/path/metadata.db`` opens (creating) a durable embedded store;
@@ -22,7 +23,7 @@ def open_metadata_store(url: str, **kwargs: object) -> MetadataStore:
     from magnetar.metadata.embedded import EmbeddedMetadataStore
 
     if url in ("memory:", "memory://", ":memory:"):
-        return EmbeddedMetadataStore(":memory:", **kwargs)  # type: ignore[arg-type]
+        return EmbeddedMetadataStore(":memory:", **kwargs)
     parsed = urlparse(url)
     if parsed.scheme == "embedded":
         if parsed.netloc not in ("", "localhost"):
@@ -30,16 +31,16 @@ def open_metadata_store(url: str, **kwargs: object) -> MetadataStore:
         path = unquote(parsed.path)
         if not path.startswith("/"):
             raise ValueError(f"embedded metadata URL needs an absolute path, got {url!r}")
-        return EmbeddedMetadataStore(path, **kwargs)  # type: ignore[arg-type]
+        return EmbeddedMetadataStore(path, **kwargs)
     if parsed.scheme == "etcd":
         from magnetar.metadata.etcd import EtcdMetadataStore, parse_etcd_url
 
         spec = parse_etcd_url(url)
-        options: dict[str, object] = {"prefix": spec.prefix}
+        options: dict[str, Any] = {"prefix": spec.prefix}
         if spec.timeout is not None:
             options["op_timeout_seconds"] = spec.timeout
         options.update(kwargs)
-        return EtcdMetadataStore(list(spec.endpoints), **options)  # type: ignore[arg-type]
+        return EtcdMetadataStore(list(spec.endpoints), **options)
     raise ValueError(f"unsupported metadata store URL {url!r}")
 
 

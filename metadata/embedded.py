@@ -523,6 +523,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def _op_delete_recursive(self, notes: list[Notification], path: str) -> None:
         conn = self._conn
         assert conn is not None
+        params: tuple[str, ...]
         if path == "/":
             where, params = "1", ()
         else:

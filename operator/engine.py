@@ -424,7 +424,8 @@ def events_for(old_status: dict[str, Any] | None, outcome: Outcome, trigger: str
     corrections are called so), policies no longer managed, and problems when the reason is new (a
     retried problem is not re-posted on every attempt)."""
     events: list[tuple[str, str, str]] = []
-    old_ready = next((c for c in (old_status or {}).get("conditions") or [] if c.get("type") == rc.READY), {})
+    conditions = (old_status or {}).get("conditions") or []
+    old_ready: dict[str, Any] = next((c for c in conditions if c.get("type") == rc.READY), {})
     if outcome.changes:
         # A timer pass that changes a resource that was in sync found drift; before that it is just applying.
         drift = trigger == "timer" and old_ready.get("status") == "True"

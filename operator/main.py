@@ -175,8 +175,15 @@ def topic_index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], Claim]:
 
 
 @kopf.index(GROUP, VERSION, "retentionpolicies")
-def retention_index(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[tuple[str, str], Any]:
-    return {(namespace, name): _plain(spec)}
+def retention_index(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> dict[tuple[str, str], Any]:
+    return {(_namespace(namespace), name): _plain(spec)}
+
+
+def _namespace(value: str | None) -> str:
+    """The namespace kopf passes to handlers of namespaced kinds (``None`` only for cluster-scoped ones)."""
+    if value is None:
+        raise kopf.PermanentError("a namespaced resource arrived without a namespace")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------- handlers
@@ -244,23 +251,25 @@ for _kind, _plural in PLURALS.items():
 @kopf.on.create(GROUP, VERSION, "retentionpolicies", id="RetentionPolicy-apply")
 @kopf.on.update(GROUP, VERSION, "retentionpolicies", id="RetentionPolicy-apply")
 async def apply_retention_policy(
-    body: kopf.Body, namespace: str, name: str, spec: kopf.Spec, patch: kopf.Patch, retry: int, **kwargs: Any
+    body: kopf.Body, namespace: str | None, name: str, spec: kopf.Spec, patch: kopf.Patch, retry: int, **kwargs: Any
 ) -> None:
     """Push the policy to every TopicNamespace and Topic referencing it (their own status follows on their
     next pass)."""
     ENV.bind(kwargs)
     res = Resource.from_body("RetentionPolicy", _plain(body))
     policy = RetentionPolicySpec.model_validate(_plain(spec))
-    outcome = await ENGINE.propagate(namespace, name, policy)
+    outcome = await ENGINE.propagate(_namespace(namespace), name, policy)
     _write(res, outcome, "policy", patch)
     if outcome.severity == "transient":
         raise kopf.TemporaryError(outcome.message, delay=_retry_delay(retry))
 
 
 @kopf.timer(GROUP, VERSION, "retentionpolicies", id="RetentionPolicy-usage", interval=CONFIG.drift_interval)
-async def retention_policy_usage(body: kopf.Body, namespace: str, name: str, patch: kopf.Patch, **kwargs: Any) -> None:
+async def retention_policy_usage(
+    body: kopf.Body, namespace: str | None, name: str, patch: kopf.Patch, **kwargs: Any
+) -> None:
     """Keep ``status.referencedBy`` current (resources start and stop referencing a policy at any time)."""
     ENV.bind(kwargs)
-    users = len(ENV.claims(("RetentionPolicy-users", namespace, name)))
+    users = len(ENV.claims(("RetentionPolicy-users", _namespace(namespace), name)))
     if (body.get("status") or {}).get("referencedBy") != users:
         patch.status["referencedBy"] = users

@@ -52,7 +52,7 @@ class Outcome:
         return self.severity == "ok"
 
 
-def ok(message: str = "", **status: Any) -> Outcome:
+def ok(message: str = "", /, **status: Any) -> Outcome:
     return Outcome("ok", SYNCED, message, dict(status))
 
 

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from aiohttp import web
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -141,20 +141,29 @@ def service_of(request: web.Request) -> BrokerService:
     return request.app[SERVICE_KEY]
 
 
-async def json_body(request: web.Request, model: type[M] | Any, *, required: bool = True) -> M:
-    """Parse and validate the request body as ``model`` (a pydantic model or any type pydantic accepts)."""
+@overload
+async def json_body(request: web.Request, model: type[M], *, required: Literal[True] = True) -> M: ...
+@overload
+async def json_body(request: web.Request, model: type[M], *, required: bool) -> M | None: ...
+@overload
+async def json_body(request: web.Request, model: object, *, required: bool = True) -> Any: ...  # e.g. a Literal
+
+
+async def json_body(request: web.Request, model: Any, *, required: bool = True) -> Any:
+    """Parse and validate the request body as ``model`` (a pydantic model or any type pydantic accepts);
+    ``None`` for an empty body when not ``required``."""
     raw = await request.read()
     if not raw.strip():
         if required:
             raise bad_request("Request body is required")
-        return None  # type: ignore[return-value]
+        return None
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad_request(f"Invalid JSON: {exc}") from None
     try:
         if isinstance(model, type) and issubclass(model, BaseModel):
-            return model.model_validate(data)  # type: ignore[return-value]
+            return model.model_validate(data)
         return TypeAdapter(model).validate_python(data, strict=True)
     except ValidationError as exc:
         raise bad_request(f"Invalid request body: {_describe(exc)}") from None

@@ -26,7 +26,7 @@ async def lookup_topic(request: web.Request) -> web.Response:
     except BrokerError as exc:
         raise not_found(exc.message) from None
     # The query parameter wins over the header (PIP-95: the header is for gateways that cannot set queries).
-    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName", "")
+    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or ""
     try:
         url, url_tls = service.lookup_urls(listener.strip())
     except BrokerError as exc:

@@ -21,5 +21,5 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 @routes.get("/metrics/", summary="Prometheus metrics (trailing slash, as Pulsar serves it)")
-async def metrics_slash(request: web.Request) -> web.Response:
+async def metrics_slash(request: web.Request) -> web.StreamResponse:
     return await metrics(request)

@@ -97,12 +97,19 @@ def optional_json(value: Any) -> web.Response:
     return json_response(value)
 
 
-def backlog_quota_type(request: web.Request) -> str:
+_BACKLOG_QUOTA_TYPES: dict[str, BacklogQuotaType] = {
+    "destination_storage": "destination_storage",
+    "message_age": "message_age",
+}
+
+
+def backlog_quota_type(request: web.Request) -> BacklogQuotaType:
     """The ``backlogQuotaType`` query parameter (default ``destination_storage``)."""
     value = request.query.get("backlogQuotaType") or "destination_storage"
-    if value not in ("destination_storage", "message_age"):
-        raise bad_request(f"Invalid backlogQuotaType: {value!r} (destination_storage or message_age)")
-    return value
+    quota_type = _BACKLOG_QUOTA_TYPES.get(value)
+    if quota_type is not None:
+        return quota_type
+    raise bad_request(f"Invalid backlogQuotaType: {value!r} (destination_storage or message_age)")
 
 
 def _is_system_topic(name: str) -> bool:
@@ -261,7 +268,7 @@ async def list_topics(request: web.Request) -> web.Response:
 
 
 # ---------------------------------------------------------------------------------------- policy endpoints
-def _update(request: web.Request, ns: str, mutate: Callable[[Policies], None]) -> Any:
+def _update(request: web.Request, ns: str, mutate: Callable[[Policies], object]) -> Any:
     return policies_of(request).update_namespace(ns, mutate)
 
 
@@ -361,7 +368,7 @@ def _register_object(
 
 def _check_retention(request: web.Request, policies: Policies, retention: RetentionPolicies) -> None:
     validate_retention(retention)
-    if not retention_fits_quotas(policies.backlog_quota_map, retention, service_of(request).config):  # type: ignore[arg-type]
+    if not retention_fits_quotas(policies.backlog_quota_map, retention, service_of(request).config):
         raise precondition_failed("Retention Quota must exceed configured backlog quota for namespace.")
 
 
@@ -421,7 +428,7 @@ async def set_backlog_quota(request: web.Request) -> web.Response:
                 "Backlog Quota exceeds configured retention quota for namespace. Please increase retention quota "
                 "and retry"
             )
-        policies.backlog_quota_map[quota_type] = quota  # type: ignore[index]
+        policies.backlog_quota_map[quota_type] = quota
 
     await _update(request, ns, mutate)
     return no_content()
@@ -436,7 +443,7 @@ async def set_backlog_quota(request: web.Request) -> web.Response:
 async def remove_backlog_quota(request: web.Request) -> web.Response:
     ns = namespace_of(request)
     quota_type = backlog_quota_type(request)
-    await _update(request, ns, lambda p: p.backlog_quota_map.pop(quota_type, None))  # type: ignore[arg-type]
+    await _update(request, ns, lambda p: p.backlog_quota_map.pop(quota_type, None))
     return no_content()
 
 

@@ -41,13 +41,14 @@ class TenantInfo(StrictModel):
     allowedClusters: list[str] = []
 
 
-async def _validate_clusters(resources: Resources, info: TenantInfo | None) -> None:
+async def _validated(resources: Resources, info: TenantInfo | None) -> TenantInfo:
     # Pulsar's TenantsBase.validateClusters: at least one, none blank, all known (or "global").
     if info is None or not info.allowedClusters or any(not c.strip() for c in info.allowedClusters):
         raise precondition_failed("Clusters can not be empty")
     known = set(await resources.list_clusters())
     if any(c not in known and c != GLOBAL_CLUSTER for c in info.allowedClusters):
         raise precondition_failed("Clusters do not exist")
+    return info
 
 
 def _normalised(info: TenantInfo) -> dict[str, Any]:
@@ -89,8 +90,7 @@ async def get_tenant(request: web.Request) -> web.Response:
 async def create_tenant(request: web.Request) -> web.Response:
     tenant = request.match_info["tenant"]
     resources = service_of(request).resources
-    info = await json_body(request, TenantInfo, required=False)
-    await _validate_clusters(resources, info)
+    info = await _validated(resources, await json_body(request, TenantInfo, required=False))
     try:
         check_named_entity("tenant", tenant)
     except InvalidTopicNameError:
@@ -115,8 +115,7 @@ async def create_tenant(request: web.Request) -> web.Response:
 async def update_tenant(request: web.Request) -> web.Response:
     tenant = request.match_info["tenant"]
     resources = service_of(request).resources
-    info = await json_body(request, TenantInfo, required=False)
-    await _validate_clusters(resources, info)
+    info = await _validated(resources, await json_body(request, TenantInfo, required=False))
     old = await resources.get_tenant(tenant)
     if old is None:
         raise not_found(f"Tenant {tenant} not found")

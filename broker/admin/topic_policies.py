@@ -81,7 +81,7 @@ class _Context:
     async def overrides(self) -> TopicPolicies:
         return await self.store.topic(self.topic) or TopicPolicies()
 
-    async def update(self, mutate: Callable[[TopicPolicies], None]) -> None:
+    async def update(self, mutate: Callable[[TopicPolicies], object]) -> None:
         await self.store.update_topic(self.topic, mutate)
 
 
@@ -420,7 +420,7 @@ async def remove_message_ttl(request: web.Request) -> web.Response:
 )
 async def get_backlog_quota_map(request: web.Request) -> web.Response:
     ctx = await _context(request)
-    quotas: dict[str, BacklogQuota] = dict((await ctx.overrides()).backLogQuotaMap)
+    quotas: dict[BacklogQuotaType, BacklogQuota] = dict((await ctx.overrides()).backLogQuotaMap)
     if not quotas and _applied(request):
         quotas = dict((await ctx.namespace()).backlog_quota_map)
         if not quotas:
@@ -444,7 +444,7 @@ async def set_backlog_quota(request: web.Request) -> web.Response:
         raise precondition_failed(
             "Backlog Quota exceeds configured retention quota for topic. Please increase retention quota and retry"
         )
-    await ctx.update(lambda tp: tp.backLogQuotaMap.__setitem__(quota_type, quota))  # type: ignore[index]
+    await ctx.update(lambda tp: tp.backLogQuotaMap.__setitem__(quota_type, quota))
     return no_content()
 
 
@@ -457,5 +457,5 @@ async def set_backlog_quota(request: web.Request) -> web.Response:
 async def remove_backlog_quota(request: web.Request) -> web.Response:
     ctx = await _context(request)
     quota_type = backlog_quota_type(request)
-    await ctx.update(lambda tp: tp.backLogQuotaMap.pop(quota_type, None))  # type: ignore[arg-type]
+    await ctx.update(lambda tp: tp.backLogQuotaMap.pop(quota_type, None))
     return no_content()

@@ -9,6 +9,7 @@ from typing import Any, get_args
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.policies.documents import (
     BacklogQuota,
+    BacklogQuotaType,
     Policies,
     RetentionPolicies,
     RetentionPolicy,
@@ -93,8 +94,8 @@ def resolve(config: BrokerConfig, ns: Policies | None, tp: TopicPolicies | None)
             retentionSizeInMB=int(config.default_retention_size_in_mb),
         )
 
-    def quota(kind: str, limit_field: str) -> BacklogQuota | None:
-        found = tp.backLogQuotaMap.get(kind) or nsp.backlog_quota_map.get(kind)  # type: ignore[call-overload]
+    def quota(kind: BacklogQuotaType, limit_field: str) -> BacklogQuota | None:
+        found = tp.backLogQuotaMap.get(kind) or nsp.backlog_quota_map.get(kind)
         if found is not None:
             return found
         default = default_backlog_quota(config)

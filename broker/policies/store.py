@@ -149,7 +149,7 @@ class PolicyStore:
     async def _cached_namespace(self, ns: str) -> Policies | None:
         return await self._cached(self._namespaces, ns, namespace_path(ns), Policies)
 
-    async def update_namespace(self, ns: str, mutate: Callable[[Policies], None]) -> Policies:
+    async def update_namespace(self, ns: str, mutate: Callable[[Policies], object]) -> Policies:
         """Apply ``mutate`` to the stored policies with compare-and-swap, retrying on conflicts.
 
         ``mutate`` may raise to abort; :class:`NamespaceNotFoundError` if the namespace does not exist,
@@ -179,7 +179,7 @@ class PolicyStore:
     async def _cached_topic(self, topic: TopicName) -> TopicPolicies | None:
         return await self._cached(self._topics, str(topic.partitioned_base), topic_policies_path(topic), TopicPolicies)
 
-    async def update_topic(self, topic: TopicName, mutate: Callable[[TopicPolicies], None]) -> TopicPolicies:
+    async def update_topic(self, topic: TopicName, mutate: Callable[[TopicPolicies], object]) -> TopicPolicies:
         """Apply ``mutate`` to the topic's overrides (created if absent) with compare-and-swap; a document
         left without any override is removed."""
         path = topic_policies_path(topic)

@@ -9,6 +9,7 @@ from magnetar.broker.errors import PolicyValidationError
 from magnetar.broker.policies.documents import (
     AutoTopicCreationOverride,
     BacklogQuota,
+    BacklogQuotaType,
     BundlesData,
     PersistencePolicies,
     Policies,
@@ -46,7 +47,7 @@ def backlog_quota_fits(quota: BacklogQuota | None, retention: RetentionPolicies 
 
 
 def retention_fits_quotas(
-    quotas: dict[str, BacklogQuota], retention: RetentionPolicies | None, config: BrokerConfig
+    quotas: dict[BacklogQuotaType, BacklogQuota], retention: RetentionPolicies | None, config: BrokerConfig
 ) -> bool:
     """Pulsar's ``checkQuotas``: only the ``destination_storage`` quota bounds retention."""
     if not quotas:

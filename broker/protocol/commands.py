@@ -98,7 +98,7 @@ def success(request_id: int, schema: pb.Schema | None = None) -> bytes:
     return encode_command(cmd)
 
 
-def error(request_id: int, code: int, message: str) -> bytes:
+def error(request_id: int, code: pb.ServerError, message: str) -> bytes:
     cmd = T(type=T.ERROR)
     cmd.error.request_id = request_id
     cmd.error.error = code
@@ -106,7 +106,7 @@ def error(request_id: int, code: int, message: str) -> bytes:
     return encode_command(cmd)
 
 
-def send_error(producer_id: int, sequence_id: int, code: int, message: str) -> bytes:
+def send_error(producer_id: int, sequence_id: int, code: pb.ServerError, message: str) -> bytes:
     cmd = T(type=T.SEND_ERROR)
     cmd.send_error.producer_id = producer_id
     cmd.send_error.sequence_id = sequence_id
@@ -145,7 +145,7 @@ def partitioned_metadata(request_id: int, partitions: int) -> bytes:
     return encode_command(cmd)
 
 
-def partitioned_metadata_error(request_id: int, code: int, message: str) -> bytes:
+def partitioned_metadata_error(request_id: int, code: pb.ServerError, message: str) -> bytes:
     cmd = T(type=T.PARTITIONED_METADATA_RESPONSE)
     r = cmd.partitionMetadataResponse
     r.request_id = request_id
@@ -168,7 +168,7 @@ def lookup_connect(request_id: int, broker_url: str, broker_url_tls: str | None 
     return encode_command(cmd)
 
 
-def lookup_error(request_id: int, code: int, message: str) -> bytes:
+def lookup_error(request_id: int, code: pb.ServerError, message: str) -> bytes:
     cmd = T(type=T.LOOKUP_RESPONSE)
     r = cmd.lookupTopicResponse
     r.request_id = request_id
@@ -205,7 +205,7 @@ def reached_end_of_topic(consumer_id: int) -> bytes:
     return encode_command(cmd)
 
 
-def ack_response(consumer_id: int, request_id: int, code: int | None = None, message: str = "") -> bytes:
+def ack_response(consumer_id: int, request_id: int, code: pb.ServerError | None = None, message: str = "") -> bytes:
     cmd = T(type=T.ACK_RESPONSE)
     r = cmd.ackResponse
     r.consumer_id = consumer_id
@@ -273,7 +273,11 @@ def watch_topic_update(watcher_id: int, new_topics: list[str], deleted_topics: l
 
 
 def get_schema_response(
-    request_id: int, schema: pb.Schema | None, version: bytes | None, code: int | None = None, message: str = ""
+    request_id: int,
+    schema: pb.Schema | None,
+    version: bytes | None,
+    code: pb.ServerError | None = None,
+    message: str = "",
 ) -> bytes:
     cmd = T(type=T.GET_SCHEMA_RESPONSE)
     r = cmd.getSchemaResponse
@@ -290,7 +294,7 @@ def get_schema_response(
 
 
 def get_or_create_schema_response(
-    request_id: int, version: bytes | None, code: int | None = None, message: str = ""
+    request_id: int, version: bytes | None, code: pb.ServerError | None = None, message: str = ""
 ) -> bytes:
     cmd = T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE)
     r = cmd.getOrCreateSchemaResponse
