@@ -62,6 +62,8 @@ class Bookie(FutureAdds):
         self._accepting = False
         self._read_only = False
         self._forced_read_only = False
+        #: The last checkpoint failed (disk full, I/O error): refuse adds until one succeeds.
+        self._storage_failed = False
         self.journal = Journal(
             config.journal_dir,  # type: ignore[arg-type]
             file_size=config.journal_file_size,
@@ -101,7 +103,7 @@ class Bookie(FutureAdds):
 
     @property
     def read_only(self) -> bool:
-        return self._read_only or self._forced_read_only
+        return self._read_only or self._forced_read_only or self._storage_failed
 
     def set_read_only(self, read_only: bool) -> None:
         """Refuse (or accept again) new adds, e.g. for maintenance."""
@@ -259,7 +261,7 @@ class Bookie(FutureAdds):
         """
         if not self._accepting:
             raise BookieUnavailableError(f"bookie {self.address} is {self.status.value}")
-        if self._read_only or self._forced_read_only:
+        if self._read_only or self._forced_read_only or self._storage_failed:
             raise BookieReadOnlyError(f"bookie {self.address} is read-only")
         st = self._ledgers.get(ledger_id)
         if st is None:
@@ -432,7 +434,9 @@ class Bookie(FutureAdds):
         self._last_checkpoint = time.monotonic()
         if fut.cancelled() or fut.exception() is not None:
             exc = None if fut.cancelled() else fut.exception()
-            log.error("checkpoint failed (data stays in the journal): %r", exc)
+            if not self._storage_failed:
+                log.error("checkpoint failed, bookie %s is read-only until one succeeds: %r", self.address, exc)
+            self._storage_failed = True
             # Put everything back so the next checkpoint retries it; newer data wins.
             for lid, entries in snapshot.items():
                 if lid not in self._ledgers:
@@ -445,6 +449,9 @@ class Bookie(FutureAdds):
             self._dirty |= {lid for lid in dirty if lid in self._ledgers}
             self._pending_deletes |= set(deleted)
             return
+        if self._storage_failed:
+            log.warning("checkpoint succeeded again, bookie %s is writable", self.address)
+            self._storage_failed = False
         self._last_mark = mark
 
     async def _checkpoint_loop(self) -> None:

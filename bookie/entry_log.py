@@ -12,6 +12,7 @@ self-describing (for a future compactor or index rebuild).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import struct
@@ -35,6 +36,8 @@ ENTRY_HEADER_SIZE = ENTRY_HEADER.size
 _SUFFIX = ".log"
 _WRITE_CHUNK = 4 << 20
 _IOV_MAX = 1024
+#: The one call that writes entry data (a seam for fault-injection tests: EIO cannot be made on demand).
+_writev = os.writev
 
 
 def entry_log_ids(directory: Path) -> list[int]:
@@ -56,6 +59,10 @@ class EntryLogWriter:
     Writes are buffered; :meth:`sync` writes the buffer and fsyncs every file touched since the
     previous sync. A new process never appends to an older file: it starts a new one, so a tail
     torn by a crash is never followed by live data.
+
+    Locations are handed out before the bytes are written, so a failed write or fsync (ENOSPC,
+    EIO) leaves them pointing at bytes that may not exist: the caller must then :meth:`abandon`
+    everything since the last :meth:`sync` (the files are cut back, later writes go to a new log).
     """
 
     def __init__(self, directory: Path, max_size: int) -> None:
@@ -67,20 +74,37 @@ class EntryLogWriter:
         self._parts: list[bytes] = []
         self._pending = 0
         self._unsynced: list[int] = []  # fds of rolled files waiting for their final fsync
+        #: Log and size as of the last successful sync: everything past it is unconfirmed.
+        self._synced_log_id = -1
+        self._synced_pos = 0
+        #: A write or sync failed and :meth:`abandon` has not completed yet.
+        self.failed = False
 
     def open(self, min_id: int = 1) -> None:
         """Start a new log after the existing ones and at or above ``min_id`` (blocking)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         ids = entry_log_ids(self.directory)
         self._start(max(min_id, ids[-1] + 1 if ids else 1))
+        self._synced_log_id, self._synced_pos = self.log_id, self._pos
+        # The first log of this process must survive a power cut together with its name.
+        self._fsync_dir()
 
     def _start(self, log_id: int) -> None:
-        fd = os.open(entry_log_path(self.directory, log_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.write(fd, _FILE_HDR.pack(_FILE_MAGIC, 1, log_id))
+        path = entry_log_path(self.directory, log_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if os.write(fd, _FILE_HDR.pack(_FILE_MAGIC, 1, log_id)) != _FILE_HDR.size:
+                raise OSError(errno.ENOSPC, "short write of an entry log header")
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
         self.log_id, self._fd, self._pos = log_id, fd, _FILE_HDR.size
 
     def add_many(self, ledger_id: int, entry_ids: list[int], datas: list[bytes]) -> tuple[array, list[int], set[int]]:
         """Buffer entries of one ledger; returns their locations, crc32c values and the logs used.
+
+        The locations are valid only once :meth:`sync` has returned.
 
         A location is ``log_id << 32 | offset of the data``. The per-entry work runs in C
         (``map``/``accumulate``): a checkpoint holds the GIL as briefly as possible.
@@ -121,33 +145,84 @@ class EntryLogWriter:
         parts = self._parts
         if not parts:
             return
+        if self.failed:
+            raise OSError(errno.EIO, "entry log writer failed; abandon() first")
         self._parts = []
         self._pending = 0
-        # writev straight from the entries' bytes: no joined copy made while holding the GIL.
-        for i in range(0, len(parts), _IOV_MAX):
-            batch = parts[i : i + _IOV_MAX]
-            written = os.writev(self._fd, batch)
-            total = sum(map(len, batch))
-            if written < total:  # short write (e.g. disk nearly full): finish it the slow way
-                rest = memoryview(b"".join(batch))[written:]
-                while rest:
-                    rest = rest[os.write(self._fd, rest) :]
+        try:
+            # writev straight from the entries' bytes: no joined copy made while holding the GIL.
+            for i in range(0, len(parts), _IOV_MAX):
+                batch = parts[i : i + _IOV_MAX]
+                written = _writev(self._fd, batch)
+                total = sum(map(len, batch))
+                if written < total:  # short write (e.g. disk nearly full): finish it the slow way
+                    rest = memoryview(b"".join(batch))[written:]
+                    while rest:
+                        rest = rest[os.write(self._fd, rest) :]
+        except BaseException:
+            self.failed = True
+            raise
 
     def _roll(self) -> None:
         self._write_out()
-        self._unsynced.append(self._fd)
-        self._start(self.log_id + 1)
+        old = self._fd
+        try:
+            self._start(self.log_id + 1)
+        except BaseException:
+            self.failed = True
+            raise
+        self._unsynced.append(old)
 
     def sync(self) -> None:
-        """Write buffered entries and fsync every file written since the last sync."""
-        self._write_out()
+        """Write buffered entries and fsync every file written since the last sync.
+
+        On an error the writer is marked :attr:`failed` (see :meth:`abandon`).
+        """
+        try:
+            self._write_out()
+            for fd in self._unsynced:
+                os.fsync(fd)
+            if self._unsynced:
+                self._fsync_dir()
+            os.fsync(self._fd)
+        except BaseException:
+            self.failed = True
+            raise
         for fd in self._unsynced:
-            os.fsync(fd)
             os.close(fd)
-        if self._unsynced:
-            self._fsync_dir()
         self._unsynced.clear()
-        os.fsync(self._fd)
+        self._synced_log_id, self._synced_pos = self.log_id, self._pos
+
+    def abandon(self) -> None:
+        """Drop everything written or buffered since the last sync and continue in a new log (blocking).
+
+        Logs started since then hold nothing indexed and are deleted; the log that was current at
+        the last sync is cut back to its synced size (giving the space back on a full disk). The
+        new log gets a fresh id, so a failed offset is never reused. Raises if even the new log
+        cannot be created; :attr:`failed` then stays set and the next attempt tries again.
+        """
+        self.failed = True
+        self._parts = []
+        self._pending = 0
+        for fd in self._unsynced:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._unsynced.clear()
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+        if self._synced_log_id >= 0:
+            with contextlib.suppress(OSError):
+                os.truncate(entry_log_path(self.directory, self._synced_log_id), self._synced_pos)
+        for log_id in range(self._synced_log_id + 1, self.log_id + 1):
+            entry_log_path(self.directory, log_id).unlink(missing_ok=True)
+        next_id = max(self.log_id, self._synced_log_id) + 1
+        self._start(next_id)
+        self._fsync_dir()
+        self._synced_log_id, self._synced_pos = self.log_id, self._pos
+        self.failed = False
+        log.warning("entry log writer continues in log %d after a failed write", self.log_id)
 
     def _fsync_dir(self) -> None:
         dfd = os.open(self.directory, os.O_RDONLY)
@@ -157,10 +232,14 @@ class EntryLogWriter:
             os.close(dfd)
 
     def close(self) -> None:
-        if self._fd >= 0:
+        if self._fd >= 0 and not self.failed:
             self.sync()
-            os.close(self._fd)
-            self._fd = -1
+        for fd in [*self._unsynced, self._fd]:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._unsynced.clear()
+        self._fd = -1
 
 
 class EntryLogReader:

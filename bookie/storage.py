@@ -51,26 +51,40 @@ class LedgerStorage:
         deleted: list[int],
         mark: JournalPosition,
     ) -> list[int]:
-        """Write ``snapshot`` to the entry log, persist the index chunk; returns removed log ids."""
-        self.index.apply_deletes(deleted)
+        """Write ``snapshot`` to the entry log, persist the index chunk; returns removed log ids.
+
+        If writing or syncing the entry log fails, nothing of this flush is indexed: the writer
+        drops what it wrote since its last sync and the next flush starts a new log (the caller
+        keeps the data in its write cache and the journal).
+        """
         writer = self.writer
+        if writer.failed:
+            writer.abandon()  # an earlier failure could not start a new log yet
+        self.index.apply_deletes(deleted)
         blocks: list[Block] = []
         members: list[tuple[int, int]] = []
-        for lid in sorted(snapshot):
-            entries = snapshot[lid]
-            if not entries:
-                continue
-            eids = sorted(entries)
-            datas = list(map(entries.__getitem__, eids))
-            locs, crcs, logs = writer.add_many(lid, eids, datas)
-            members.extend((log_id, lid) for log_id in logs)
-            first = eids[0]
-            if eids[-1] - first + 1 == len(eids):
-                # Contiguous (every entry of the ledger is here): no per-entry Python work.
-                blocks.append(Block(lid, first, locs, array("I", map(len, datas)), array("I", crcs)))
-            else:
-                blocks.extend(_runs(lid, eids, locs, datas, crcs))
-        writer.sync()
+        try:
+            for lid in sorted(snapshot):
+                entries = snapshot[lid]
+                if not entries:
+                    continue
+                eids = sorted(entries)
+                datas = list(map(entries.__getitem__, eids))
+                locs, crcs, logs = writer.add_many(lid, eids, datas)
+                members.extend((log_id, lid) for log_id in logs)
+                first = eids[0]
+                if eids[-1] - first + 1 == len(eids):
+                    # Contiguous (every entry of the ledger is here): no per-entry Python work.
+                    blocks.append(Block(lid, first, locs, array("I", map(len, datas)), array("I", crcs)))
+                else:
+                    blocks.extend(_runs(lid, eids, locs, datas, crcs))
+            writer.sync()
+        except BaseException:
+            try:
+                writer.abandon()
+            except OSError as e:
+                log.error("entry log writer cannot start a new log yet: %r", e)
+            raise
         index = self.index
         for b in blocks:
             index.add_block(b)

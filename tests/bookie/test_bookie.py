@@ -307,10 +307,12 @@ async def test_failed_checkpoint_keeps_data_and_is_retried(make_bookie, tmp_path
     # Crash now: the journal still has everything.
     b2 = await make_bookie(crash_copy(b, tmp_path / "crashed"))
     await assert_ledger(b2, 1, 100)
-    # The original recovers once the entry log is writable again.
-    os.close(writer._fd)
-    writer._fd = -1
-    await asyncio.to_thread(writer.open, writer.log_id + 1)
+    # Read-only until a checkpoint succeeds; the writer has already moved on to a new log.
+    assert b.read_only
+    with pytest.raises(BookieReadOnlyError):
+        await add_many(b, 1, 10, start=100)
+    await b.checkpoint()
+    assert not b.read_only
     await add_many(b, 1, 10, start=100)
     await b.checkpoint()
     assert not b._cache

@@ -1,0 +1,123 @@
+"""Bookie storage under disk faults: a full ledger disk, EIO mid-write, torn vs corrupt index.
+
+The full disk is real: a small tmpfs mounted for the test (needs root; skipped otherwise).
+EIO cannot be produced on demand by a real device here, so it is injected through the
+``_writev`` seam of :mod:`magnetar.bookie.entry_log` (the only call that writes entry data).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bookie_helpers import KEY, payload
+
+from magnetar.bookie import entry_log
+from magnetar.bookie.api import BookieError, BookieReadOnlyError
+from magnetar.bookie.bookie import Bookie
+
+
+async def add_many(bookie: Bookie, ledger_id: int, count: int, start: int = 0, size: int | None = None) -> None:
+    futs = [
+        bookie.add_entry_nowait(ledger_id, e, KEY, e - 1, payload(ledger_id, e, size))
+        for e in range(start, start + count)
+    ]
+    await asyncio.wait_for(asyncio.gather(*futs), 10)
+
+
+async def assert_ledger(bookie: Bookie, ledger_id: int, count: int, start: int = 0, size: int | None = None) -> None:
+    got = await bookie.read_entries(ledger_id, start, start + count - 1)
+    assert [e for e, _ in got] == list(range(start, start + count))
+    for e, data in got:
+        assert data == payload(ledger_id, e, size), f"entry {ledger_id}:{e} differs"
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``path`` for the duration (a disk that really fills up)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, timeout=30)
+
+
+def fill(path: Path, leave: int) -> Path:
+    """Fill the filesystem of ``path`` until about ``leave`` bytes are free; returns the filler file."""
+    filler = path / "filler.bin"
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    with filler.open("wb") as f:
+        f.write(b"\xaa" * max(0, free - leave))
+    return filler
+
+
+async def test_full_ledger_disk_never_indexes_unwritten_bytes(make_bookie, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """ENOSPC in the middle of an entry-log write: nothing unwritten is indexed, the bookie turns
+    read-only, and once space is back the next checkpoint writes to a new log and serves every entry."""
+    with small_disk(tmp_path / "ledgers", "2m") as ledger_dir:
+        b = await make_bookie(
+            tmp_path / "data", ledger_dir=ledger_dir, journal_dir=tmp_path / "journal", entry_log_size=8 << 20
+        )
+        await add_many(b, 1, 20, size=1000)
+        await b.checkpoint()  # ledger 1's first entries are on disk in log 1
+        first_log = b.storage.writer.log_id
+        filler = fill(ledger_dir, 64 * 1024)
+        await add_many(b, 1, 300, start=20, size=1000)  # ~300 KB: does not fit
+        with pytest.raises(BookieError, match="checkpoint failed"):
+            await b.checkpoint()
+        assert b.read_only
+        with pytest.raises(BookieReadOnlyError):
+            b.add_entry_nowait(1, 320, KEY, 319, b"x")
+        await assert_ledger(b, 1, 320, size=1000)  # from the write cache and the good part of log 1
+        filler.unlink()
+        await b.checkpoint()
+        assert not b.read_only
+        assert b.storage.writer.log_id > first_log  # rolled away from the log that failed
+        assert not b._cache
+        await assert_ledger(b, 1, 320, size=1000)  # every entry from disk, at its real offset
+        await add_many(b, 1, 10, start=320, size=1000)
+        await b.close()
+        b2 = await make_bookie(
+            tmp_path / "data", ledger_dir=ledger_dir, journal_dir=tmp_path / "journal", entry_log_size=8 << 20
+        )
+        await assert_ledger(b2, 1, 330, size=1000)
+
+
+async def test_eio_mid_writev_rolls_to_a_new_log(make_bookie, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """EIO after part of a ``writev`` (injected at the ``_writev`` seam): the retry goes to a new log."""
+    b = await make_bookie(entry_log_size=1 << 20)
+    await add_many(b, 1, 50, size=500)
+    await b.checkpoint()
+    real = entry_log._writev
+    calls = 0
+
+    def failing_writev(fd: int, parts: list[bytes]) -> int:
+        nonlocal calls
+        calls += 1
+        os.write(fd, parts[0][: len(parts[0]) // 2])  # half of the first record reaches the file
+        raise OSError(errno.EIO, "injected EIO")
+
+    monkeypatch.setattr(entry_log, "_writev", failing_writev)
+    await add_many(b, 1, 50, start=50, size=500)
+    with pytest.raises(BookieError, match="checkpoint failed"):
+        await b.checkpoint()
+    assert calls == 1 and b.read_only
+    monkeypatch.setattr(entry_log, "_writev", real)
+    await b.checkpoint()
+    assert not b.read_only
+    await assert_ledger(b, 1, 100, size=500)
+    await b.close()
+    b2 = await make_bookie()
+    await assert_ledger(b2, 1, 100, size=500)
