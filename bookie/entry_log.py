@@ -53,6 +53,14 @@ def entry_log_path(directory: Path, log_id: int) -> Path:
     return directory / f"{log_id:08x}{_SUFFIX}"
 
 
+def entry_log_has_data(directory: Path, log_id: int) -> bool:
+    """Whether the log holds anything past its file header."""
+    try:
+        return entry_log_path(directory, log_id).stat().st_size > _FILE_HDR.size
+    except FileNotFoundError:
+        return False
+
+
 class EntryLogWriter:
     """Appends entries to the current entry log, rotating by size (used by one thread at a time).
 

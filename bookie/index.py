@@ -11,7 +11,11 @@ On disk, ``index.dat`` is a sequence of chunks, one per checkpoint::
 holding the journal mark of that checkpoint, deleted ledgers, changed ledger states, the new
 entry locations (as runs) and which entry logs hold which ledgers. Loading applies the chunks in
 order; a torn last chunk is ignored (its checkpoint never happened: the journal is replayed from
-the previous mark). When the file grows well past its live content it is rewritten in one chunk.
+the previous mark). A torn tail is a damaged chunk with nothing but zeros after it (a crash during
+its write); a damaged chunk followed by data is corruption, and loading refuses it
+(:class:`IndexCorruptError`) instead of dropping every later checkpoint. A failed append is cut
+back before anything else is written. When the file grows well past its live content it is
+rewritten in one chunk.
 """
 
 from __future__ import annotations
@@ -26,9 +30,17 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from .api import BookieError
 from .journal import JournalPosition
 
 log = logging.getLogger(__name__)
+
+#: The one call that appends index chunks (a seam for fault-injection tests).
+_write = os.write
+
+
+class IndexCorruptError(BookieError):
+    """``index.dat`` is damaged somewhere other than its tail: the bookie must not start on it."""
 
 _CHUNK_MAGIC = b"MGI1"
 _CHUNK_HDR = struct.Struct("<4sII")
@@ -160,6 +172,8 @@ class LedgerIndex:
         self._path = self.directory / _INDEX_FILE
         self._fd = -1
         self._size = 0
+        #: An append failed and could not be cut back yet.
+        self._cut_pending = False
         self.compactions = 0
         #: Highest entry log id the index ever referred to (ids are never reused).
         self.max_log_id = 0
@@ -172,12 +186,21 @@ class LedgerIndex:
 
     # ---------------------------------------------------------------- load
 
+    def exists(self) -> bool:
+        """Whether ``index.dat`` is on disk (before :meth:`load` creates it)."""
+        return self._path.exists()
+
     def load(self) -> None:
-        """Read ``index.dat`` (blocking), dropping a torn tail, and open it for appending."""
+        """Read ``index.dat`` (blocking), dropping a torn tail, and open it for appending.
+
+        Raises :class:`IndexCorruptError` (and changes nothing on disk) if a damaged chunk is
+        followed by anything but zeros.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self._path.with_suffix(".tmp")
         tmp.unlink(missing_ok=True)
-        data = self._path.read_bytes() if self._path.exists() else b""
+        existed = self._path.exists()
+        data = self._path.read_bytes() if existed else b""
         pos, chunks = 0, 0
         while pos + _CHUNK_HDR.size <= len(data):
             magic, length, crc = _CHUNK_HDR.unpack_from(data, pos)
@@ -191,11 +214,18 @@ class LedgerIndex:
             chunks += 1
             pos = body_end
         if pos != len(data):
+            if not _is_torn_tail(data, pos):
+                raise IndexCorruptError(
+                    f"{self._path} is corrupt at offset {pos} (chunk {chunks + 1} of a longer file); "
+                    "refusing to start: restore the file or rebuild the bookie from its replicas"
+                )
             log.warning("index log: ignoring %d bytes of torn tail", len(data) - pos)
         self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT, 0o644)
         os.ftruncate(self._fd, pos)
         os.lseek(self._fd, pos, os.SEEK_SET)
         self._size = pos
+        if not existed:
+            _fsync_dir(self.directory)  # the new file's name must survive a power cut
         log.debug("index: %d chunks, %d ledgers, mark %s", chunks, len(self.states), self.mark)
 
     def _apply(self, cp: Checkpoint) -> None:
@@ -238,15 +268,35 @@ class LedgerIndex:
         self.log_ledgers.pop(log_id, None)
 
     def persist(self, cp: Checkpoint) -> None:
-        """Append one checkpoint chunk and fsync (blocking)."""
+        """Append one checkpoint chunk and fsync (blocking).
+
+        A failed write or fsync is cut back to the previous chunk boundary, so a half chunk never
+        sits in front of later ones (which loading would then take for corruption).
+        """
+        if self._cut_pending:
+            self._cut_back()
         chunk = _encode(cp)
-        mv = memoryview(chunk)
-        while mv:
-            mv = mv[os.write(self._fd, mv) :]
-        os.fsync(self._fd)
+        try:
+            mv = memoryview(chunk)
+            while mv:
+                mv = mv[_write(self._fd, mv) :]
+            os.fsync(self._fd)
+        except BaseException:
+            self._cut_pending = True
+            try:
+                self._cut_back()
+            except OSError as e:
+                log.error("cannot cut back a failed index write (retried before the next one): %r", e)
+            raise
         self._size += len(chunk)
         self.mark = cp.mark
         self.states.update(cp.states)
+
+    def _cut_back(self) -> None:
+        os.ftruncate(self._fd, self._size)
+        os.lseek(self._fd, self._size, os.SEEK_SET)
+        os.fsync(self._fd)
+        self._cut_pending = False
 
     def maybe_compact(self) -> bool:
         """Rewrite the index log as one chunk when it has grown well past its live size (blocking)."""
@@ -267,11 +317,7 @@ class LedgerIndex:
             os.close(fd)
             raise
         os.rename(tmp, self._path)
-        dfd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        _fsync_dir(self.directory)
         os.close(self._fd)
         self._fd = fd
         log.debug("index log compacted from %d to %d bytes", self._size, len(chunk))
@@ -284,6 +330,30 @@ class LedgerIndex:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = -1
+
+
+def _is_torn_tail(data: bytes, pos: int) -> bool:
+    """Whether the bytes from ``pos`` on are what a crash while appending one chunk leaves.
+
+    That is an incomplete header, a chunk whose body runs past the end of the file, or a damaged
+    chunk (or zeros) with nothing but zeros after it. Anything else is corruption.
+    """
+    rest = memoryview(data)[pos:]
+    if len(rest) < _CHUNK_HDR.size:
+        return True
+    magic, length, _ = _CHUNK_HDR.unpack_from(rest)
+    end = _CHUNK_HDR.size + length if magic == _CHUNK_MAGIC else 0
+    if end >= len(rest):
+        return True
+    return not any(rest[end:])
+
+
+def _fsync_dir(directory: Path) -> None:
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def _encode(cp: Checkpoint) -> bytes:

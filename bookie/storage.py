@@ -10,7 +10,8 @@ import logging
 from array import array
 from pathlib import Path
 
-from .entry_log import EntryLogReader, EntryLogWriter, entry_log_ids, entry_log_path
+from .api import BookieError
+from .entry_log import EntryLogReader, EntryLogWriter, entry_log_has_data, entry_log_ids, entry_log_path
 from .index import Block, Checkpoint, LedgerIndex, LedgerState
 from .journal import JournalPosition
 
@@ -32,8 +33,17 @@ class LedgerStorage:
     def load(self) -> tuple[dict[int, LedgerState], JournalPosition | None]:
         """Load the index, drop entry logs nothing refers to, open a fresh entry log.
 
-        Returns the ledger states and the journal mark of the last checkpoint.
+        Returns the ledger states and the journal mark of the last checkpoint. Entry logs are
+        deleted only on the word of an index that loaded cleanly: a corrupt index, or a missing one
+        next to entry logs holding data, stops the start instead.
         """
+        if not self.index.exists():
+            data_logs = [i for i in entry_log_ids(self.directory) if entry_log_has_data(self.directory, i)]
+            if data_logs:
+                raise BookieError(
+                    f"{self.directory}: the index file is missing but {len(data_logs)} entry logs hold data; "
+                    "refusing to start (restore the index or move the entry logs away)"
+                )
         self.index.load()
         for log_id in entry_log_ids(self.directory):
             if not self.index.log_ledgers.get(log_id):

@@ -121,3 +121,101 @@ async def test_eio_mid_writev_rolls_to_a_new_log(make_bookie, monkeypatch: pytes
     await b.close()
     b2 = await make_bookie()
     await assert_ledger(b2, 1, 100, size=500)
+
+
+def chunk_offsets(index_file: Path) -> list[int]:
+    """Start offsets of the chunks of ``index.dat`` (header: magic, body length, crc)."""
+    data = index_file.read_bytes()
+    offs, pos = [], 0
+    while pos + 12 <= len(data):
+        offs.append(pos)
+        pos += 12 + int.from_bytes(data[pos + 4 : pos + 8], "little")
+    return offs
+
+
+async def test_failed_index_write_is_cut_back(make_bookie, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Half an index chunk written, then ENOSPC (injected at the ``_write`` seam of the index):
+    the half chunk is cut off, so the next checkpoint's chunk is not hidden behind it."""
+    from magnetar.bookie import index
+
+    b = await make_bookie()
+    await add_many(b, 1, 50)
+    await b.checkpoint()
+    real = index._write
+
+    def half_then_enospc(fd: int, data: memoryview) -> int:
+        real(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "injected ENOSPC")
+
+    monkeypatch.setattr(index, "_write", half_then_enospc)
+    await add_many(b, 1, 50, start=50)
+    with pytest.raises(BookieError, match="checkpoint failed"):
+        await b.checkpoint()
+    monkeypatch.setattr(index, "_write", real)
+    await b.checkpoint()  # this one deletes the journals holding entries 50..99
+    await add_many(b, 2, 10)
+    await b.checkpoint()
+    await b.close()
+    b2 = await make_bookie()
+    await assert_ledger(b2, 1, 100)
+    await assert_ledger(b2, 2, 10)
+
+
+async def test_corrupt_index_chunk_refuses_to_start_and_keeps_data(make_bookie, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A bad chunk followed by good ones is corruption, not a torn tail: the bookie refuses to
+    start and deletes nothing (neither index chunks nor entry logs)."""
+    b = await make_bookie()
+    for i in range(3):
+        await add_many(b, 1 + i, 100, size=300)  # ~30 KiB a ledger: several entry logs
+        await b.checkpoint()
+    await b.close()
+    index_file = b.config.ledger_dir / "index.dat"
+    offs = chunk_offsets(index_file)
+    assert len(offs) >= 3
+    raw = bytearray(index_file.read_bytes())
+    raw[offs[1] + 20] ^= 0xFF  # one flipped byte in the body of the middle chunk
+    index_file.write_bytes(bytes(raw))
+    logs_before = sorted(p.name for p in b.config.ledger_dir.glob("*.log"))
+    with pytest.raises(BookieError, match="corrupt"):
+        await make_bookie()
+    assert sorted(p.name for p in b.config.ledger_dir.glob("*.log")) == logs_before
+    assert index_file.read_bytes() == bytes(raw)
+
+
+@pytest.mark.parametrize("tail", ["truncated", "zeros", "bad-crc"])
+async def test_torn_index_tail_is_dropped(make_bookie, tail: str) -> None:  # type: ignore[no-untyped-def]
+    """A damaged last chunk is a checkpoint that never completed: dropped, journal replayed."""
+    b = await make_bookie()
+    await add_many(b, 1, 100)
+    await b.checkpoint()
+    await add_many(b, 1, 100, start=100)
+    await b.checkpoint()
+    await b.close()
+    index_file = b.config.ledger_dir / "index.dat"
+    last = chunk_offsets(index_file)[-1]
+    raw = bytearray(index_file.read_bytes())
+    if tail == "truncated":
+        raw = raw[: last + (len(raw) - last) // 2]
+    elif tail == "zeros":
+        raw[last:] = bytes(len(raw) - last)
+    else:
+        raw[-1] ^= 0xFF
+    index_file.write_bytes(bytes(raw))
+    b2 = await make_bookie()
+    # The first chunk's entries from the entry log, the rest from the journal (still there: its
+    # deletion would have followed the lost chunk).
+    assert b2.storage.index.mark is not None
+    await assert_ledger(b2, 1, 200)
+
+
+async def test_missing_index_with_entry_logs_refuses_to_start(make_bookie) -> None:  # type: ignore[no-untyped-def]
+    """``index.dat`` gone while entry logs hold data: refuse to start instead of deleting the logs."""
+    b = await make_bookie()
+    await add_many(b, 1, 100, size=300)
+    await b.checkpoint()
+    await b.close()
+    (b.config.ledger_dir / "index.dat").unlink()
+    logs_before = sorted(p.name for p in b.config.ledger_dir.glob("*.log"))
+    with pytest.raises(BookieError, match="index"):
+        await make_bookie()
+    assert sorted(p.name for p in b.config.ledger_dir.glob("*.log")) == logs_before
