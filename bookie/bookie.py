@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 _CHECK_TICK_S = 0.25
 _FREE_SPACE_EVERY_S = 10.0
+#: What an entry costs in a read reply besides its data (entry id + length on the wire).
+_READ_ENTRY_OVERHEAD = 12
 
 
 class BookieStatus(Enum):
@@ -288,6 +290,18 @@ class Bookie(FutureAdds):
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         """Entries ``first..last`` in order, stopping at the first one this bookie lacks."""
+        entries, _ = await self.read_entries_bounded(ledger_id, first, last, None)
+        return entries
+
+    async def read_entries_bounded(
+        self, ledger_id: int, first: int, last: int, max_bytes: int | None
+    ) -> tuple[list[tuple[int, bytes]], bool]:
+        """Like :meth:`read_entries`, but stop once the entries hold about ``max_bytes``.
+
+        Returns ``(entries, more)``; ``more`` says the reply was cut for size (at least one entry
+        is returned). Sizes are known from the write cache and the index before any disk read,
+        so a huge range never reads more from disk than one reply carries.
+        """
         self._check_running()
         if ledger_id not in self._ledgers or first < 0 or last < first:
             raise BookieNoSuchEntryError(f"no entry {ledger_id}:{first}")
@@ -297,6 +311,9 @@ class Bookie(FutureAdds):
         out: list[bytes | None] = []
         disk: list[tuple[int, int, int, int]] = []
         disk_at: list[int] = []
+        budget = -1 if max_bytes is None else max_bytes
+        size = 0
+        more = False
         eid = first
         while eid <= last:
             data = cached.get(eid) if cached is not None else None
@@ -306,6 +323,15 @@ class Bookie(FutureAdds):
                 loc = locations.lookup(eid) if locations is not None else None
                 if loc is None:
                     break
+                n = loc[2]
+            else:
+                n = len(data)
+            if budget >= 0:
+                size += n + _READ_ENTRY_OVERHEAD
+                if size > budget and out:
+                    more = True
+                    break
+            if data is None:
                 disk_at.append(len(out))
                 disk.append(loc)
             out.append(data)
@@ -320,7 +346,7 @@ class Bookie(FutureAdds):
                 raise BookieUnavailableError(f"read of ledger {ledger_id} timed out") from e
             for i, data in zip(disk_at, datas, strict=True):
                 out[i] = data
-        return list(zip(range(first, first + len(out)), out, strict=True))  # type: ignore[arg-type]
+        return list(zip(range(first, first + len(out)), out, strict=True)), more  # type: ignore[arg-type]
 
     async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
         """``(lac, last_entry_id)`` as known to this bookie."""

@@ -263,6 +263,8 @@ class EntryLogReader:
         self._fds: dict[int, int] = {}
         self._refs: dict[int, int] = {}
         self._retired: set[int] = set()
+        #: Bytes read from entry logs so far (a metric; updated without a lock, so approximate).
+        self.bytes_read = 0
 
     def _acquire(self, log_id: int) -> int:
         with self._lock:
@@ -314,6 +316,7 @@ class EntryLogReader:
                 buf = os.pread(fd, end - off, off)
             finally:
                 self._release(log_id)
+            self.bytes_read += len(buf)
             if len(buf) != end - off:
                 raise BookieError(f"entry log {log_id}: short read at offset {off}")
             if j == i + 1:

@@ -236,15 +236,8 @@ class BookieServerProtocol(asyncio.Protocol):
             if op == p.OP_READ:
                 lid, first, last = p.decode_read(body)
                 stats.reads += 1
-                entries = await bookie.read_entries(lid, first, last)
-                # Bound the response: the client asks again from where this one stops.
-                size = 0
-                more = False
-                for i, (_, data) in enumerate(entries):
-                    size += len(data)
-                    if size > self._server.max_read_bytes and i > 0:
-                        entries, more = entries[:i], True
-                        break
+                # Bounded before anything is read from disk: the client asks again from where it stops.
+                entries, more = await bookie.read_entries_bounded(lid, first, last, self._server.max_read_bytes)
                 stats.read_entries += len(entries)
                 out = p.encode_entries(rid, entries, more)
             elif op == p.OP_READ_LAC:

@@ -278,3 +278,29 @@ async def test_server_close_answers_accepted_adds(served: tuple[Bookie, BookieSe
         assert ok == server.stats.adds - 1  # every accepted add was answered with success
     finally:
         await c.close()
+
+
+async def test_huge_read_range_reads_only_what_fits_the_reply(served: tuple[Bookie, BookieServer]) -> None:
+    """A read of a whole ledger (and a hostile range past it) reads from disk only what one
+    bounded reply holds; the client gets the rest by asking again."""
+    bookie, server = served
+    c = _client(server)
+    try:
+        entry = b"r" * (256 * 1024)
+        futs = [c.add_entry_nowait(4, e, KEY, e - 1, entry) for e in range(64)]  # 16 MiB
+        await asyncio.wait_for(asyncio.gather(*futs), 20)
+        await bookie.checkpoint()
+        server.max_read_bytes = 1024 * 1024
+        before = bookie.storage.reader.bytes_read
+        reader, writer = await _raw(server)
+        writer.write(p.encode_read(21, 4, 0, 2**62))
+        _, _, rid, body = await _read_frame(reader)
+        writer.close()
+        entries, more = p.decode_entries(body)
+        assert rid == 21 and more and 1 <= len(entries) <= 4
+        read = bookie.storage.reader.bytes_read - before
+        assert read <= server.max_read_bytes + len(entry), f"read {read} bytes from disk for a 1 MiB reply"
+        got = await c.read_entries(4, 0, 2**62)  # the client follows "more" to the end
+        assert [e for e, _ in got] == list(range(64)) and all(d == entry for _, d in got)
+    finally:
+        await c.close()
