@@ -83,23 +83,35 @@ class Block:
 
 
 class LedgerLocations:
-    """Where the entries of one ledger are stored."""
+    """Where the entries of one ledger are stored.
 
-    __slots__ = ("base", "crcs", "lens", "locs")
+    Written by the checkpoint thread while the event loop reads, without a lock: ``view`` holds
+    ``(base, locs, lens, crcs)`` in one attribute, so a reader always takes one consistent
+    version. Entries are only ever appended in place (length and crc before the location, which
+    is what makes a slot visible); a re-base or an overwrite builds new arrays and swaps the view.
+    """
+
+    __slots__ = ("view",)
 
     def __init__(self) -> None:
-        self.base = 0
-        self.locs = array("q")
-        self.lens = array("I")
-        self.crcs = array("I")
+        self.view: tuple[int, array, array, array] = (0, array("q"), array("I"), array("I"))
+
+    @property
+    def base(self) -> int:
+        return self.view[0]
+
+    @property
+    def locs(self) -> array:
+        return self.view[1]
 
     def lookup(self, entry_id: int) -> tuple[int, int, int, int] | None:
         """``(log_id, offset, length, crc)`` or None."""
-        i = entry_id - self.base
-        if 0 <= i < len(self.locs):
-            loc = self.locs[i]
+        base, locs, lens, crcs = self.view
+        i = entry_id - base
+        if 0 <= i < len(locs):
+            loc = locs[i]
             if loc >= 0:
-                return loc >> 32, loc & 0xFFFFFFFF, self.lens[i], self.crcs[i]
+                return loc >> 32, loc & 0xFFFFFFFF, lens[i], crcs[i]
         return None
 
     def merge(self, b: Block) -> None:
@@ -107,38 +119,53 @@ class LedgerLocations:
         n = len(b.locs)
         if n == 0:
             return
-        if not self.locs:
-            self.base = b.first
-        elif b.first < self.base:
-            # Rare (entries arriving below everything seen so far): re-base the arrays.
-            pad = self.base - b.first
-            self.locs = array("q", [-1]) * pad + self.locs
-            self.lens = array("I", [0]) * pad + self.lens
-            self.crcs = array("I", [0]) * pad + self.crcs
-            self.base = b.first
-        start = b.first - self.base
-        end = start + n
-        grow = end - len(self.locs)
-        if grow > 0:
-            self.locs.extend(array("q", [-1]) * grow)
-            self.lens.extend(array("I", [0]) * grow)
-            self.crcs.extend(array("I", [0]) * grow)
-        if max(self.locs[start:end]) < 0:
-            self.locs[start:end] = b.locs
-            self.lens[start:end] = b.lens
-            self.crcs[start:end] = b.crcs
+        base, locs, lens, crcs = self.view
+        if not locs:
+            self.view = (b.first, b.locs[:], b.lens[:], b.crcs[:])
             return
+        start = b.first - base
+        end = start + n
+        if start < 0 or max(locs[max(start, 0) : end], default=-1) >= 0:
+            self._merge_copy(b)
+            return
+        # Only new slots: fill them in place, the location last (readers skip slots still -1).
+        grow = end - len(locs)
+        if grow > 0:
+            lens.extend(array("I", [0]) * grow)
+            crcs.extend(array("I", [0]) * grow)
+            locs.extend(array("q", [-1]) * grow)
+        lens[start:end] = b.lens
+        crcs[start:end] = b.crcs
+        locs[start:end] = b.locs
+
+    def _merge_copy(self, b: Block) -> None:
+        """Re-base and/or overwrite known entries on copies, then publish them in one swap."""
+        base, locs, lens, crcs = self.view
+        new_base = min(base, b.first)
+        pad = base - new_base
+        locs = array("q", [-1]) * pad + locs
+        lens = array("I", [0]) * pad + lens
+        crcs = array("I", [0]) * pad + crcs
+        start = b.first - new_base
+        grow = start + len(b.locs) - len(locs)
+        if grow > 0:
+            locs.extend(array("q", [-1]) * grow)
+            lens.extend(array("I", [0]) * grow)
+            crcs.extend(array("I", [0]) * grow)
         for i, loc in enumerate(b.locs):
             if loc >= 0:
-                self.locs[start + i] = loc
-                self.lens[start + i] = b.lens[i]
-                self.crcs[start + i] = b.crcs[i]
+                locs[start + i] = loc
+                lens[start + i] = b.lens[i]
+                crcs[start + i] = b.crcs[i]
+        self.view = (new_base, locs, lens, crcs)
 
     def as_block(self, ledger_id: int) -> Block:
-        return Block(ledger_id, self.base, self.locs, self.lens, self.crcs)
+        base, locs, lens, crcs = self.view
+        return Block(ledger_id, base, locs, lens, crcs)
 
     def entry_ids(self) -> list[int]:
-        return [self.base + i for i, loc in enumerate(self.locs) if loc >= 0]
+        base, locs, _, _ = self.view
+        return [base + i for i, loc in enumerate(locs) if loc >= 0]
 
 
 @dataclass(slots=True)
