@@ -35,6 +35,10 @@ class BookieUnauthorizedError(BookieError):
     """The master key does not match the ledger's."""
 
 
+class BookieTooManyRequestsError(BookieError):
+    """The bookie's write cache stayed full for its throttle time: try another bookie (retryable)."""
+
+
 class BookieClient(abc.ABC):
     """Operations on one bookie. All are bounded by a timeout."""
 

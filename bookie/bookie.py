@@ -11,6 +11,7 @@ after the last checkpoint.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import fcntl
 import logging
@@ -19,6 +20,8 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
+from functools import partial
+from typing import Any
 
 from magnetar.common.tasks import TaskSet
 
@@ -27,6 +30,7 @@ from .api import (
     BookieFencedError,
     BookieNoSuchEntryError,
     BookieReadOnlyError,
+    BookieTooManyRequestsError,
     BookieUnauthorizedError,
     BookieUnavailableError,
     FutureAdds,
@@ -92,6 +96,15 @@ class Bookie(FutureAdds):
         self._last_checkpoint = time.monotonic()
         self._ckpt_lock = asyncio.Lock()
         self._tasks = TaskSet(f"bookie {self.address}")
+        self._ckpt_wake = asyncio.Event()
+        # Adds held back while the write cache is full and the previous one is still being
+        # flushed: (deadline, args, future), in arrival order.
+        self._throttled: collections.deque[tuple[float, tuple[Any, ...], asyncio.Future[None]]] = collections.deque()
+        self._throttle_timer: asyncio.TimerHandle | None = None
+        self._cache_max = config.write_cache_max_bytes
+        #: Adds that waited for room, and adds rejected after max_throttle_time_s (metrics).
+        self.throttled_adds = 0
+        self.rejected_adds = 0
         self._ckpt_executor: ThreadPoolExecutor | None = None
         self._read_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -102,6 +115,11 @@ class Bookie(FutureAdds):
     @property
     def address(self) -> str:
         return self.config.address
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes in the write cache not yet being flushed (a metric)."""
+        return self._cache_bytes
 
     @property
     def read_only(self) -> bool:
@@ -207,6 +225,7 @@ class Bookie(FutureAdds):
             return
         self.status = BookieStatus.CLOSING
         self._accepting = False
+        self._fail_throttled(BookieUnavailableError(f"bookie {self.address} is closing"))
         await self._tasks.close()
         await self.journal.close()
         if self._flush_fut is not None and not self._flush_fut.done():
@@ -265,6 +284,20 @@ class Bookie(FutureAdds):
             raise BookieUnavailableError(f"bookie {self.address} is {self.status.value}")
         if self._read_only or self._forced_read_only or self._storage_failed:
             raise BookieReadOnlyError(f"bookie {self.address} is read-only")
+        if self._throttled or self._cache_bytes >= self._cache_max:
+            # Full: the checkpoint that swaps the cache out is starting or still flushing the last one.
+            return self._throttle((ledger_id, entry_id, master_key, last_add_confirmed, data, recovery))
+        return self._add_now(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+
+    def _add_now(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool,
+    ) -> asyncio.Future[None]:
         st = self._ledgers.get(ledger_id)
         if st is None:
             st = self._new_ledger(ledger_id, master_key)
@@ -286,7 +319,66 @@ class Bookie(FutureAdds):
             self._cache_bytes -= len(old)
         entries[entry_id] = data
         self._cache_bytes += len(data)
+        if self._cache_bytes >= self._cache_max:
+            self._ckpt_wake.set()  # checkpoint now rather than at the next tick
         return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data)
+
+    # ---------------------------------------------------------------- write-cache throttling
+
+    def _throttle(self, args: tuple[Any, ...]) -> asyncio.Future[None]:
+        """Hold an add back until the write cache has room, at most ``max_throttle_time_s``."""
+        loop = self._loop
+        assert loop is not None
+        fut: asyncio.Future[None] = loop.create_future()
+        deadline = loop.time() + self.config.max_throttle_time_s
+        self._throttled.append((deadline, args, fut))
+        self.throttled_adds += 1
+        if self._throttle_timer is None:
+            self._throttle_timer = loop.call_at(deadline, self._expire_throttled)
+        return fut
+
+    def _release_throttled(self) -> None:
+        """Admit held-back adds in arrival order while the write cache has room."""
+        queue = self._throttled
+        while queue and self._cache_bytes < self._cache_max:
+            _, args, fut = queue.popleft()
+            if fut.done():
+                continue
+            try:
+                inner = self._add_now(*args) if self._accepting and not self.read_only else None
+            except BookieError as e:
+                fut.set_exception(e)
+                continue
+            if inner is None:
+                fut.set_exception(BookieReadOnlyError(f"bookie {self.address} is read-only or stopping"))
+            else:
+                inner.add_done_callback(partial(_chain, fut))
+
+    def _expire_throttled(self) -> None:
+        """Reject adds that waited ``max_throttle_time_s`` (BookKeeper: TOO_MANY_REQUESTS)."""
+        self._throttle_timer = None
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        queue = self._throttled
+        while queue and queue[0][0] <= now:
+            _, _, fut = queue.popleft()
+            if not fut.done():
+                self.rejected_adds += 1
+                fut.set_exception(
+                    BookieTooManyRequestsError(f"bookie {self.address}: write cache full, the ledger disk is behind")
+                )
+        if queue:
+            self._throttle_timer = loop.call_at(queue[0][0], self._expire_throttled)
+
+    def _fail_throttled(self, exc: BookieError) -> None:
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
+        queue, self._throttled = self._throttled, collections.deque()
+        for _, _, fut in queue:
+            if not fut.done():
+                fut.set_exception(exc)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         """Entries ``first..last`` in order, stopping at the first one this bookie lacks."""
@@ -414,6 +506,8 @@ class Bookie(FutureAdds):
         self._cache = {}
         self._cache_bytes = 0
         self._flushing = snapshot
+        if self._throttled:
+            self._release_throttled()
         dirty = self._dirty | snapshot.keys()
         self._dirty = set()
         states = {lid: st.copy() for lid in dirty if (st := self._ledgers.get(lid)) is not None}
@@ -458,6 +552,8 @@ class Bookie(FutureAdds):
         """Runs on the loop when the flush thread finishes, even if the waiter timed out."""
         self._flushing = None
         self._last_checkpoint = time.monotonic()
+        if self._throttled or self._cache_bytes >= self._cache_max:
+            self._ckpt_wake.set()  # held-back adds get room when the next checkpoint swaps the cache
         if fut.cancelled() or fut.exception() is not None:
             exc = None if fut.cancelled() else fut.exception()
             if not self._storage_failed:
@@ -484,7 +580,9 @@ class Bookie(FutureAdds):
         cfg = self.config
         last_space_check = 0.0
         while True:
-            await asyncio.sleep(_CHECK_TICK_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ckpt_wake.wait(), _CHECK_TICK_S)
+            self._ckpt_wake.clear()
             now = time.monotonic()
             if now - last_space_check >= self.free_space_check_interval_s:
                 last_space_check = now
@@ -539,6 +637,17 @@ class Bookie(FutureAdds):
         if locations is not None:
             ids.update(locations.entry_ids())
         return sorted(ids)
+
+
+def _chain(outer: asyncio.Future[None], inner: asyncio.Future[None]) -> None:
+    if outer.done():
+        _consume(inner)
+    elif inner.cancelled():
+        outer.cancel()
+    elif (exc := inner.exception()) is not None:
+        outer.set_exception(exc)
+    else:
+        outer.set_result(None)
 
 
 def _consume(fut: asyncio.Future[None]) -> None:

@@ -40,8 +40,13 @@ class BookieConfig:
     #: Checkpoint at least this often: flush the write cache to the entry log, persist the index,
     #: delete journals wholly before the checkpoint.
     checkpoint_interval_s: float = 5.0
-    #: ... and also as soon as the write cache holds this many bytes.
+    #: ... and also as soon as the write cache holds this many bytes (BookKeeper:
+    #: ``dbStorage_writeCacheMaxSizeMb``). A full cache holds new adds back until the checkpoint
+    #: swaps it out; with the cache being flushed, memory stays below about twice this.
     write_cache_max_bytes: int = 64 * MiB
+    #: How long an add waits for room in a full write cache before it is rejected with
+    #: TOO_MANY_REQUESTS (the client moves to another bookie). BookKeeper: ``dbStorage_maxThrottleTimeMs``.
+    max_throttle_time_s: float = 10.0
     #: Upper bound of one checkpoint (a slow disk fails it; the journal still has the data).
     checkpoint_timeout_s: float = 120.0
     #: Rewrite the index log in one piece when it grows past this size and twice its live size.

@@ -38,6 +38,7 @@ from .api import (
     BookieFencedError,
     BookieNoSuchEntryError,
     BookieReadOnlyError,
+    BookieTooManyRequestsError,
     BookieUnauthorizedError,
     BookieUnavailableError,
 )
@@ -69,6 +70,7 @@ E_BOOKIE = 6  # any other BookieError
 E_BAD_REQUEST = 7  # the frame did not parse
 E_BAD_VERSION = 8  # protocol version not spoken here
 E_INTERNAL = 9  # an unexpected server failure
+E_TOO_MANY_REQUESTS = 10  # write cache full past its throttle time (BookKeeper's ETOOMANYREQUESTS)
 
 LEN = struct.Struct(">I")
 HEADER = struct.Struct(">IBBI")  # length, version, op, request id
@@ -91,6 +93,7 @@ _EXC_OF_CODE: dict[int, type[BookieError]] = {
     E_READ_ONLY: BookieReadOnlyError,
     E_NO_SUCH_ENTRY: BookieNoSuchEntryError,
     E_UNAUTHORIZED: BookieUnauthorizedError,
+    E_TOO_MANY_REQUESTS: BookieTooManyRequestsError,
 }
 # Most specific classes first: isinstance order matters for subclasses.
 _CODE_OF_EXC: list[tuple[type[BaseException], int]] = [(cls, code) for code, cls in _EXC_OF_CODE.items()]

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -219,3 +220,47 @@ async def test_missing_index_with_entry_logs_refuses_to_start(make_bookie) -> No
     with pytest.raises(BookieError, match="index"):
         await make_bookie()
     assert sorted(p.name for p in b.config.ledger_dir.glob("*.log")) == logs_before
+
+
+async def test_slow_ledger_disk_throttles_then_rejects_adds(make_bookie, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Ingest faster than the ledger disk (each entry-log write made slow at the ``_writev`` seam):
+    the write cache stays bounded; adds wait up to ``max_throttle_time_s`` for room and are then
+    rejected with a retryable error (BookKeeper: dbStorage_maxThrottleTimeMs, TOO_MANY_REQUESTS)."""
+    from magnetar.bookie import protocol
+    from magnetar.bookie.api import BookieTooManyRequestsError
+
+    cache_max = 64 * 1024
+    b = await make_bookie(write_cache_max_bytes=cache_max, max_throttle_time_s=0.3, entry_log_size=8 << 20)
+    real = entry_log._writev
+
+    def slow_writev(fd: int, parts: list[bytes]) -> int:
+        time.sleep(1.0)  # the checkpoint thread: the event loop keeps running
+        return real(fd, parts)
+
+    monkeypatch.setattr(entry_log, "_writev", slow_writev)
+    entry = b"s" * 1024
+    futs = []
+    peak = 0
+    for e in range(400):  # 400 KiB offered in well under a second
+        futs.append(b.add_entry_nowait(1, e, KEY, e - 1, entry))
+        peak = max(peak, b.cache_bytes)
+        if e % 20 == 0:
+            await asyncio.sleep(0.01)
+    results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 20)
+    accepted = sum(r is None for r in results)
+    rejected = [r for r in results if isinstance(r, BaseException)]
+    assert peak <= cache_max + len(entry)
+    assert rejected and all(isinstance(r, BookieTooManyRequestsError) for r in rejected)
+    assert accepted >= cache_max // len(entry)
+    assert protocol.code_of(rejected[0]) == protocol.E_TOO_MANY_REQUESTS
+    assert isinstance(protocol.error_of(protocol.E_TOO_MANY_REQUESTS, "x"), BookieTooManyRequestsError)
+    # Everything acknowledged is readable; once the disk keeps up, adds are accepted again.
+    monkeypatch.setattr(entry_log, "_writev", real)
+    await b.checkpoint()  # waits for the slow one still running
+    ok = [e for e, r in enumerate(results) if r is None]
+    assert ok[: cache_max // len(entry)] == list(range(cache_max // len(entry)))  # arrival order kept
+    got = await b.read_entries(1, 0, ok[-1])
+    assert all(data == entry for _, data in got)
+    assert b.rejected_adds == len(rejected) and b.throttled_adds >= len(rejected)
+    await add_many(b, 2, 50)
+    await assert_ledger(b, 2, 50)
