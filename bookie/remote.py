@@ -6,6 +6,11 @@ a future without creating a task (the ledger client's hot path). Adds time out t
 sweep timer per connection (a timer per add would cost more than the add); other calls are
 bounded by ``wait_for``. A lost connection fails what is in flight with
 :class:`BookieUnavailableError`; the next call reconnects.
+
+Back-pressure: a connection takes at most ``max_pending`` requests / ``max_pending_bytes`` of
+frames that are unanswered, and nothing while its transport has paused writing (the bookie is
+not reading). Further requests wait in the client's queue un-encoded (a reference to the
+caller's data, no copy) until there is room, failing at their deadline like any other.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import contextlib
 import itertools
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from magnetar.common.tasks import TaskSet
@@ -27,6 +33,8 @@ log = logging.getLogger(__name__)
 
 _SWEEP_S = 0.25
 _ADD_RESPONSE = p.OP_ADD | p.RESPONSE
+#: A request waiting in the client: (op, rid, encoder, encoder args, future, deadline).
+_Queued = tuple[int, int, Callable[..., bytes], tuple[Any, ...], "asyncio.Future[Any]", float | None]
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -45,7 +53,11 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.reader = p.FrameReader()
-        self.pending: dict[int, tuple[int, asyncio.Future[Any]]] = {}
+        #: rid -> (op, future, frame size) of requests written and not answered yet.
+        self.pending: dict[int, tuple[int, asyncio.Future[Any], int]] = {}
+        self.pending_bytes = 0
+        #: The transport's buffer is over its high-water mark (the bookie does not read).
+        self.write_paused = False
         #: (deadline, request id) of adds in send order, swept by a timer.
         self.deadlines: collections.deque[tuple[float, int]] = collections.deque()
         self.out: list[bytes] = []
@@ -58,6 +70,22 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown(BookieUnavailableError(f"connection to bookie {self._client.address} lost: {exc!r}"))
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._client._drain()
+
+    def can_send(self) -> bool:
+        """Room for one more request (at least one is always allowed on an idle connection)."""
+        if self.closed or self.write_paused:
+            return False
+        client = self._client
+        return not self.pending or (
+            len(self.pending) < client.max_pending and self.pending_bytes < client.max_pending_bytes
+        )
 
     def data_received(self, data: bytes) -> None:
         # Parsed in place; a successful add (the hot path) costs one unpack and one dict pop.
@@ -79,12 +107,16 @@ class _Connection(asyncio.Protocol):
                 break
             if length == 7 and op == _ADD_RESPONSE and chunk[off + p.HEADER_SIZE] == p.OK:
                 entry = pending.pop(rid, None)
-                if entry is not None and entry[0] == p.OP_ADD and not entry[1].done():
-                    entry[1].set_result(None)
+                if entry is not None:
+                    self.pending_bytes -= entry[2]
+                    if entry[0] == p.OP_ADD and not entry[1].done():
+                        entry[1].set_result(None)
             elif not self._response(op, rid, chunk[off + p.HEADER_SIZE : end]):
                 return
             off = end
         self.reader.keep(chunk, off)
+        if self._client.has_queued:
+            self._client._drain()
 
     def _response(self, op: int, rid: int, body: bytes) -> bool:
         """Complete the request ``rid`` (any response but a successful add); False if the connection ended."""
@@ -98,7 +130,8 @@ class _Connection(asyncio.Protocol):
         entry = self.pending.pop(rid, None)
         if entry is None:
             return True  # timed out or cancelled meanwhile
-        req_op, fut = entry
+        req_op, fut, size = entry
+        self.pending_bytes -= size
         if fut.done():
             return True
         if op != req_op | p.RESPONSE:
@@ -120,8 +153,15 @@ class _Connection(asyncio.Protocol):
 
     # ---------------------------------------------------------------- sending
 
+    def forget(self, rid: int) -> None:
+        """Stop waiting for ``rid`` (its caller timed out)."""
+        entry = self.pending.pop(rid, None)
+        if entry is not None:
+            self.pending_bytes -= entry[2]
+
     def send(self, op: int, rid: int, frame: bytes, fut: asyncio.Future[Any], deadline: float | None) -> None:
-        self.pending[rid] = (op, fut)
+        self.pending[rid] = (op, fut, len(frame))
+        self.pending_bytes += len(frame)
         if deadline is not None:
             self.deadlines.append((deadline, rid))
             if self.sweeper is None:
@@ -148,8 +188,10 @@ class _Connection(asyncio.Protocol):
         while deadlines and deadlines[0][0] <= now:
             _, rid = deadlines.popleft()
             entry = pending.pop(rid, None)
-            if entry is not None and not entry[1].done():
-                entry[1].set_exception(BookieUnavailableError(f"add to bookie {self._client.address} timed out"))
+            if entry is not None:
+                self.pending_bytes -= entry[2]
+                if not entry[1].done():
+                    entry[1].set_exception(BookieUnavailableError(f"add to bookie {self._client.address} timed out"))
         # Answered adds leave stale deadlines behind; drop them from the front too.
         while deadlines and deadlines[0][1] not in pending:
             deadlines.popleft()
@@ -171,9 +213,10 @@ class _Connection(asyncio.Protocol):
             self.sweeper.cancel()
             self.sweeper = None
         pending, self.pending = self.pending, {}
+        self.pending_bytes = 0
         self.deadlines.clear()
         self.out.clear()
-        for _, fut in pending.values():
+        for _, fut, _ in pending.values():
             if not fut.done():
                 fut.set_exception(exc)
         self._client._connection_gone(self)
@@ -193,8 +236,13 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         connect_timeout_s: float = 5.0,
         add_timeout_s: float = 30.0,
         op_timeout_s: float = 30.0,
+        max_pending: int = 8192,
+        max_pending_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.address = address
+        #: Unanswered requests / frame bytes on the connection before further requests queue.
+        self.max_pending = max_pending
+        self.max_pending_bytes = max_pending_bytes
         self.host, self.port = split_address(address)
         self.connect_timeout_s = connect_timeout_s
         self.add_timeout_s = add_timeout_s
@@ -203,8 +251,10 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         self._conn: _Connection | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._tasks = TaskSet(f"bookie client {self.address}")
-        #: Requests waiting for the connection: (op, rid, frame, future, deadline).
-        self._queued: list[tuple[int, int, bytes, asyncio.Future[Any], float | None]] = []
+        #: Requests waiting for the connection or for room on it, not encoded yet:
+        #: (op, rid, encoder, encoder args, future, deadline).
+        self._queued: collections.deque[_Queued] = collections.deque()
+        self._queue_sweeper: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self.connects = 0
@@ -218,7 +268,24 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         rid = next(self._ids) & 0xFFFFFFFF
         return rid or next(self._ids) & 0xFFFFFFFF  # 0 is reserved for connection-level errors
 
-    def _submit(self, op: int, rid: int, frame: bytes, timeout: float | None) -> asyncio.Future[Any]:
+    @property
+    def has_queued(self) -> bool:
+        return bool(self._queued)
+
+    def queued_requests(self) -> int:
+        """Requests waiting for the connection or for room on it (a metric)."""
+        return sum(1 for q in self._queued if not q[4].done())
+
+    def buffered_bytes(self) -> int:
+        """Bytes this client holds for the bookie: frames not answered yet plus the transport's buffer."""
+        conn = self._conn
+        if conn is None or conn.transport is None:
+            return 0
+        return conn.pending_bytes + conn.transport.get_write_buffer_size()
+
+    def _submit(
+        self, op: int, rid: int, encode: Callable[..., bytes], args: tuple[Any, ...], timeout: float | None
+    ) -> asyncio.Future[Any]:
         if self._closed:
             raise BookieUnavailableError(f"client of bookie {self.address} is closed")
         loop = self._loop
@@ -227,13 +294,52 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         fut: asyncio.Future[Any] = loop.create_future()
         deadline = None if timeout is None else loop.time() + timeout
         conn = self._conn
-        if conn is not None:
-            conn.send(op, rid, frame, fut, deadline)
-        else:
-            self._queued.append((op, rid, frame, fut, deadline))
-            if self._connecting is None:
-                self._connecting = self._tasks.spawn(self._connect(), name=f"bookie-connect-{self.address}")
+        if conn is not None and not self._queued and conn.can_send():
+            conn.send(op, rid, encode(*args), fut, deadline)
+            return fut
+        self._queued.append((op, rid, encode, args, fut, deadline))
+        if self._queue_sweeper is None:
+            self._queue_sweeper = loop.call_later(_SWEEP_S, self._sweep_queue)
+        if conn is None and self._connecting is None:
+            self._connecting = self._tasks.spawn(self._connect(), name=f"bookie-connect-{self.address}")
         return fut
+
+    def _drain(self) -> None:
+        """Send queued requests while the connection has room (in arrival order)."""
+        conn, queued = self._conn, self._queued
+        if conn is None:
+            return
+        now = None
+        while queued and conn.can_send():
+            op, rid, encode, args, fut, deadline = queued.popleft()
+            if fut.done():
+                continue
+            if deadline is not None:
+                now = now if now is not None else conn._loop.time()
+                if deadline <= now:
+                    fut.set_exception(BookieUnavailableError(f"add to bookie {self.address} timed out in its queue"))
+                    continue
+            conn.send(op, rid, encode(*args), fut, deadline)
+
+    def _sweep_queue(self) -> None:
+        """Fail queued adds whose deadline passed (a stalled bookie must not hold them forever)."""
+        self._queue_sweeper = None
+        loop = self._loop
+        if loop is None or self._closed:
+            return
+        now = loop.time()
+        queued = self._queued
+        while queued:
+            deadline, fut = queued[0][5], queued[0][4]
+            if fut.done():
+                queued.popleft()
+            elif deadline is not None and deadline <= now:
+                queued.popleft()
+                fut.set_exception(BookieUnavailableError(f"add to bookie {self.address} timed out in its queue"))
+            else:
+                break
+        if queued:
+            self._queue_sweeper = loop.call_later(_SWEEP_S, self._sweep_queue)
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
@@ -245,10 +351,10 @@ class RemoteBookieClient(FutureAdds, BookieClient):
                 )
             except (OSError, TimeoutError) as e:
                 err = BookieUnavailableError(f"cannot connect to bookie {self.address}: {e!r}")
-                queued, self._queued = self._queued, []
-                for _, _, _, fut, _ in queued:
-                    if not fut.done():
-                        fut.set_exception(err)
+                queued, self._queued = self._queued, collections.deque()
+                for q in queued:
+                    if not q[4].done():
+                        q[4].set_exception(err)
                 log.debug("connect to bookie %s failed: %r", self.address, e)
                 return
             if self._closed:
@@ -257,25 +363,25 @@ class RemoteBookieClient(FutureAdds, BookieClient):
             _keepalive(conn.transport)
             self.connects += 1
             self._conn = conn
-            queued, self._queued = self._queued, []
-            for op, rid, frame, fut, deadline in queued:
-                if not fut.done():
-                    conn.send(op, rid, frame, fut, deadline)
+            self._drain()
         finally:
             self._connecting = None
 
     def _connection_gone(self, conn: _Connection) -> None:
         if self._conn is conn:
             self._conn = None
+            if self._queued and not self._closed and self._connecting is None and self._loop is not None:
+                # Requests still waiting for room go out on a new connection.
+                self._connecting = self._tasks.spawn(self._connect(), name=f"bookie-connect-{self.address}")
 
-    async def _call(self, op: int, rid: int, frame: bytes) -> Any:
+    async def _call(self, op: int, rid: int, encode: Callable[..., bytes], *args: Any) -> Any:
         timeout = self.op_timeout_s
-        fut = self._submit(op, rid, frame, None)
+        fut = self._submit(op, rid, encode, (rid, *args), None)
         try:
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError as e:
             if self._conn is not None:
-                self._conn.pending.pop(rid, None)
+                self._conn.forget(rid)
             raise BookieUnavailableError(f"request to bookie {self.address} timed out after {timeout}s") from e
 
     # ---------------------------------------------------------------- BookieClient
@@ -291,14 +397,14 @@ class RemoteBookieClient(FutureAdds, BookieClient):
     ) -> asyncio.Future[None]:
         """Send one add; the future resolves when the bookie has it durably (no task per add)."""
         rid = self._next_rid()
-        frame = p.encode_add(rid, ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
-        return self._submit(p.OP_ADD, rid, frame, self.add_timeout_s)
+        args = (rid, ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+        return self._submit(p.OP_ADD, rid, p.encode_add, args, self.add_timeout_s)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []
         while True:
             rid = self._next_rid()
-            entries, more = await self._call(p.OP_READ, rid, p.encode_read(rid, ledger_id, first, last))
+            entries, more = await self._call(p.OP_READ, rid, p.encode_read, ledger_id, first, last)
             out.extend(entries)
             if not more or not entries or entries[-1][0] >= last:
                 return out
@@ -306,15 +412,15 @@ class RemoteBookieClient(FutureAdds, BookieClient):
 
     async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
         rid = self._next_rid()
-        return await self._call(p.OP_READ_LAC, rid, p.encode_read_lac(rid, ledger_id))
+        return await self._call(p.OP_READ_LAC, rid, p.encode_read_lac, ledger_id)
 
     async def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
         rid = self._next_rid()
-        return await self._call(p.OP_FENCE, rid, p.encode_fence(rid, ledger_id, master_key))
+        return await self._call(p.OP_FENCE, rid, p.encode_fence, ledger_id, master_key)
 
     async def delete_ledger(self, ledger_id: int) -> None:
         rid = self._next_rid()
-        await self._call(p.OP_DELETE, rid, p.encode_delete(rid, ledger_id))
+        await self._call(p.OP_DELETE, rid, p.encode_delete, ledger_id)
 
     async def close(self) -> None:
         if self._closed:
@@ -322,10 +428,13 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         self._closed = True
         await self._tasks.close(self.connect_timeout_s)
         err = BookieUnavailableError(f"client of bookie {self.address} is closed")
-        queued, self._queued = self._queued, []
-        for _, _, _, fut, _ in queued:
-            if not fut.done():
-                fut.set_exception(err)
+        if self._queue_sweeper is not None:
+            self._queue_sweeper.cancel()
+            self._queue_sweeper = None
+        queued, self._queued = self._queued, collections.deque()
+        for q in queued:
+            if not q[4].done():
+                q[4].set_exception(err)
         conn = self._conn
         if conn is not None:
             # Close gracefully (buffered writes go out) and fail what still waits for an answer.

@@ -17,7 +17,7 @@ from functools import partial
 from magnetar.common.tasks import TaskSet
 
 from . import protocol as p
-from .api import BookieError
+from .api import BookieError, BookieUnavailableError
 from .bookie import Bookie
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,11 @@ class BookieServerProtocol(asyncio.Protocol):
         self._max_inflight = server.max_inflight_adds
         self._read_paused = False
         self._write_paused = False
+        # Reads wait while the peer does not take its responses, a few at a time per connection:
+        # the entries of a read are in memory from the disk read until the response is written.
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._read_slots = asyncio.Semaphore(server.max_concurrent_reads)
         self._tasks = TaskSet("bookie connection")
         self._closed = False
         self.peer = "?"
@@ -91,10 +96,12 @@ class BookieServerProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        self._writable.clear()
         self._update_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._writable.set()
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -236,10 +243,19 @@ class BookieServerProtocol(asyncio.Protocol):
             if op == p.OP_READ:
                 lid, first, last = p.decode_read(body)
                 stats.reads += 1
-                # Bounded before anything is read from disk: the client asks again from where it stops.
-                entries, more = await bookie.read_entries_bounded(lid, first, last, self._server.max_read_bytes)
-                stats.read_entries += len(entries)
-                out = p.encode_entries(rid, entries, more)
+                async with self._read_slots:
+                    if not self._writable.is_set():
+                        try:
+                            await asyncio.wait_for(self._writable.wait(), bookie.config.read_timeout_s)
+                        except TimeoutError as e:
+                            raise BookieUnavailableError(f"client {self.peer} does not read its responses") from e
+                    # Bounded before anything is read from disk: the client asks again from where it stops.
+                    entries, more = await bookie.read_entries_bounded(lid, first, last, self._server.max_read_bytes)
+                    stats.read_entries += len(entries)
+                    # Written before the slot is released, so the next read sees a full buffer.
+                    self._send(p.encode_entries(rid, entries, more))
+                    self._flush()
+                return
             elif op == p.OP_READ_LAC:
                 stats.other_requests += 1
                 lac, last_entry = await bookie.read_last_add_confirmed(p.decode_ledger(body))
@@ -313,7 +329,10 @@ class BookieServerProtocol(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None and not self._closed:
             self._flush()
-            self._transport.close()
+            if self._write_paused:
+                self._transport.abort()  # the peer does not read: closing would wait for it forever
+            else:
+                self._transport.close()
 
 
 class BookieServer:
@@ -333,6 +352,7 @@ class BookieServer:
         max_inflight_adds: int = 8192,
         max_frame: int = p.MAX_FRAME,
         max_read_bytes: int = p.MAX_READ_RESPONSE_BYTES,
+        max_concurrent_reads: int = 4,
     ) -> None:
         self.bookie = bookie
         self.host = host
@@ -341,6 +361,8 @@ class BookieServer:
         self.max_frame = max_frame
         #: A read response holds at most about this many entry bytes (at least one entry).
         self.max_read_bytes = max_read_bytes
+        #: Reads of one connection holding entries in memory at once (each at most max_read_bytes).
+        self.max_concurrent_reads = max_concurrent_reads
         self.stats = ServerStats()
         #: Set by close(): connections stop reading.
         self.closing = False

@@ -304,3 +304,64 @@ async def test_huge_read_range_reads_only_what_fits_the_reply(served: tuple[Book
         assert [e for e, _ in got] == list(range(64)) and all(d == entry for _, d in got)
     finally:
         await c.close()
+
+
+async def test_client_output_is_bounded_when_the_bookie_does_not_read() -> None:
+    """A bookie that accepts but never reads: the client honours ``pause_writing`` and its
+    pending bound, so what it buffers stays bounded; the held-back adds time out, nothing grows."""
+    conns: list[asyncio.StreamWriter] = []
+
+    async def stalled(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conns.append(writer)  # never reads
+
+    server = await asyncio.start_server(stalled, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c = RemoteBookieClient(f"127.0.0.1:{port}", add_timeout_s=1.0, max_pending=256, max_pending_bytes=1 << 20)
+    try:
+        entry = b"q" * 4096
+        futs = []
+        peak = 0
+        for e in range(20000):  # 80 MiB offered
+            futs.append(c.add_entry_nowait(1, e, KEY, e - 1, entry))
+            if e % 500 == 0:
+                await asyncio.sleep(0.01)
+                peak = max(peak, c.buffered_bytes())
+        await asyncio.sleep(0.2)
+        peak = max(peak, c.buffered_bytes())
+        # Socket buffers take a few MiB; the client itself holds at most its byte bound.
+        assert peak <= (1 << 20) + 256 * 1024, f"client buffered {peak} bytes"
+        assert c.queued_requests() > 0
+        results = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 20)
+        assert all(isinstance(r, BookieUnavailableError) for r in results)
+        assert c.queued_requests() == 0
+    finally:
+        await c.close()
+        for w in conns:
+            w.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_server_stops_reading_from_disk_for_a_client_that_does_not_read(
+    served: tuple[Bookie, BookieServer],
+) -> None:
+    """Pipelined big reads from a client that never reads its responses: once the connection's
+    transport pauses writing, the server reads no more from disk for it (memory stays bounded)."""
+    bookie, server = served
+    c = _client(server)
+    try:
+        entry = b"w" * (256 * 1024)
+        await asyncio.wait_for(asyncio.gather(*(c.add_entry_nowait(5, e, KEY, e - 1, entry) for e in range(16))), 20)
+        await bookie.checkpoint()
+    finally:
+        await c.close()
+    server.max_read_bytes = 1024 * 1024
+    before = bookie.storage.reader.bytes_read
+    reader, writer = await _raw(server)
+    writer.transport.pause_reading()  # and the kernel buffers fill up: the client reads nothing
+    writer.write(b"".join(p.encode_read(100 + i, 5, 0, 15) for i in range(60)))  # 60 x 1 MiB asked
+    await asyncio.sleep(3)
+    read = bookie.storage.reader.bytes_read - before
+    assert server.stats.read_pauses >= 1
+    assert read <= 12 * 1024 * 1024, f"{read} bytes read from disk for a client that reads nothing"
+    writer.close()
