@@ -264,3 +264,26 @@ async def test_slow_ledger_disk_throttles_then_rejects_adds(make_bookie, monkeyp
     assert b.rejected_adds == len(rejected) and b.throttled_adds >= len(rejected)
     await add_many(b, 2, 50)
     await assert_ledger(b, 2, 50)
+
+
+async def test_new_index_and_first_entry_log_are_made_durable_in_their_directory(
+    make_bookie, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Creating ``index.dat`` and the first entry log is followed by an fsync of the ledger
+    directory (a power cut must not lose the names). Observed by wrapping ``os.fsync``."""
+    import stat
+
+    ledger_dir = tmp_path / "bookie" / "ledgers"
+    seen: list[list[str]] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode) and ledger_dir.exists() and st.st_ino == ledger_dir.stat().st_ino:
+            seen.append(sorted(os.listdir(ledger_dir)))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    await make_bookie()
+    assert any("index.dat" in names for names in seen)
+    assert any(any(n.endswith(".log") for n in names) for names in seen)
