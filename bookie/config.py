@@ -58,6 +58,14 @@ class BookieConfig:
     #: Become read-only when the ledger or journal filesystem has less free space than this.
     min_free_bytes: int = 256 * MiB
 
+    #: Seconds between scans comparing local ledgers with the metadata store (ledgers deleted
+    #: while this bookie was away are reclaimed). BookKeeper: ``gcWaitTime`` (900000 ms in Pulsar).
+    gc_wait_time_s: float = 900.0
+    #: Upper bound of one such scan.
+    gc_timeout_s: float = 120.0
+    #: Where ledger metadata lives in the metadata store (the ledger client's ``ledgers_root``).
+    metadata_ledgers_root: str = "/ledgers"
+
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         if self.journal_dir is None:

@@ -42,6 +42,7 @@ _write = os.write
 class IndexCorruptError(BookieError):
     """``index.dat`` is damaged somewhere other than its tail: the bookie must not start on it."""
 
+
 _CHUNK_MAGIC = b"MGI1"
 _CHUNK_HDR = struct.Struct("<4sII")
 _MARK = struct.Struct("<qq")

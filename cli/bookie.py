@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from magnetar.bookie.bookie import Bookie
+    from magnetar.bookie.gc import LedgerGarbageCollector
     from magnetar.bookie.registration import BookieRegistration
     from magnetar.bookie.server import BookieServer
 
@@ -38,12 +39,14 @@ class BookieNode:
         self.bookie: Bookie | None = None
         self.server: BookieServer | None = None
         self.registration: BookieRegistration | None = None
+        self.gc: LedgerGarbageCollector | None = None
         self.address = ""
 
     async def start(self) -> None:
         from magnetar.bookie.bookie import Bookie
         from magnetar.bookie.config import BookieConfig
         from magnetar.bookie.cookie import verify_or_create_cookie
+        from magnetar.bookie.gc import LedgerGarbageCollector
         from magnetar.bookie.registration import BookieRegistration
         from magnetar.bookie.server import BookieServer
         from magnetar.metadata import open_metadata_store
@@ -69,6 +72,9 @@ class BookieNode:
                 journal_dir=journal_dir,
                 ledger_dir=ledger_dirs[0],
                 min_free_bytes=a.min_free_bytes,
+                write_cache_max_bytes=a.write_cache_max_bytes,
+                max_throttle_time_s=a.max_throttle_time,
+                gc_wait_time_s=a.gc_wait_time,
             )
         )
         bookie.free_space_check_interval_s = a.disk_check_interval
@@ -85,6 +91,11 @@ class BookieNode:
         reg = self.registration = BookieRegistration(store, bookie, self.address, ttl_s=a.registration_ttl, info=info)
         await reg.start()
         self._closers.add(reg.close)
+
+        # Ledgers deleted while this bookie was away: reclaimed by comparing with the metadata.
+        gc = self.gc = LedgerGarbageCollector(bookie, store)
+        gc.start()
+        self._closers.append(gc.close)
 
         if a.http_port is not None:
             runner = await self._start_http(a.bind_address, a.http_port)
@@ -185,6 +196,14 @@ class BookieNode:
             metric("bookie_read_only", "gauge", int(self.bookie.read_only), "1 while the bookie refuses adds")
             metric("bookie_ledgers", "gauge", len(self.bookie.ledger_ids()), "Ledgers stored")
             metric("bookie_up", "gauge", int(self._running()), "1 while the bookie is running")
+            b = self.bookie
+            metric("bookie_write_cache_bytes", "gauge", b.cache_bytes, "Write cache bytes not yet flushing")
+            metric("bookie_throttled_adds_total", "counter", b.throttled_adds, "Adds held back by a full write cache")
+            metric("bookie_rejected_adds_total", "counter", b.rejected_adds, "Adds rejected after max throttle time")
+            read_bytes = b.storage.reader.bytes_read
+            metric("bookie_entry_log_read_bytes_total", "counter", read_bytes, "Bytes read from entry logs")
+        if self.gc is not None:
+            metric("bookie_gc_ledgers_total", "counter", self.gc.ledgers_collected, "Ledgers reclaimed by metadata GC")
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def close(self) -> None:
@@ -240,6 +259,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--disk-check-interval", type=float, default=10.0, help="seconds between free-space checks")
     p.add_argument("--registration-ttl", type=float, default=10.0, help="lease TTL of the registration (s)")
     p.add_argument("--max-inflight-adds", type=int, default=8192, help="per connection, before reads pause")
+    p.add_argument(
+        "--write-cache-max-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="write cache size (BookKeeper dbStorage_writeCacheMaxSizeMb)",
+    )
+    p.add_argument(
+        "--max-throttle-time",
+        type=float,
+        default=10.0,
+        help="seconds an add waits for write cache room (BookKeeper dbStorage_maxThrottleTimeMs)",
+    )
+    p.add_argument("--gc-wait-time", type=float, default=900.0, help="s between metadata GC scans (gcWaitTime)")
     p.add_argument("--log-level", default=env("MAGNETAR_LOG_LEVEL", "INFO"))
     p.set_defaults(run=run)
 

@@ -20,6 +20,7 @@ async def start_standalone(node: BrokerNode) -> None:
     ``standalone`` cluster, tenant ``public`` and namespace ``public/default``."""
     from magnetar.bookie.bookie import Bookie
     from magnetar.bookie.config import BookieConfig
+    from magnetar.bookie.gc import LedgerGarbageCollector
     from magnetar.bookie.local import LocalBookieClient
     from magnetar.broker.listeners import advertised_host, own_broker_service_url, parse_listeners
     from magnetar.broker.resources import Resources, initialize_standalone
@@ -43,6 +44,10 @@ async def start_standalone(node: BrokerNode) -> None:
     )
     await bookie.start()
     node.on_close(bookie.close)
+    # Ledgers deleted in metadata whose bookie-side delete was lost: reclaimed by a periodic scan.
+    ledger_gc = LedgerGarbageCollector(bookie, store)
+    ledger_gc.start()
+    node.on_close(ledger_gc.close)
 
     host = advertised_host(config)
     await initialize_standalone(

@@ -357,7 +357,7 @@ async def test_server_stops_reading_from_disk_for_a_client_that_does_not_read(
         await c.close()
     server.max_read_bytes = 1024 * 1024
     before = bookie.storage.reader.bytes_read
-    reader, writer = await _raw(server)
+    _, writer = await _raw(server)
     writer.transport.pause_reading()  # and the kernel buffers fill up: the client reads nothing
     writer.write(b"".join(p.encode_read(100 + i, 5, 0, 15) for i in range(60)))  # 60 x 1 MiB asked
     await asyncio.sleep(3)
