@@ -94,6 +94,8 @@ class Bookie(FutureAdds):
         self._pending_deletes: set[int] = set()
         self._last_mark: JournalPosition | None = None
         self._last_checkpoint = time.monotonic()
+        #: When the last (major, minor) compaction ran.
+        self._last_compaction = {False: self._last_checkpoint, True: self._last_checkpoint}
         self._ckpt_lock = asyncio.Lock()
         self._tasks = TaskSet(f"bookie {self.address}")
         self._ckpt_wake = asyncio.Event()
@@ -154,6 +156,7 @@ class Bookie(FutureAdds):
             raise
         self.journal.start(loop)
         self._last_checkpoint = time.monotonic()
+        self._last_compaction = {False: self._last_checkpoint, True: self._last_checkpoint}
         self._tasks.spawn(self._checkpoint_loop(), name=f"bookie-checkpoint-{self.address}")
         self.status = BookieStatus.RUNNING
         self._accepting = True
@@ -431,14 +434,25 @@ class Bookie(FutureAdds):
         if not out:
             raise BookieNoSuchEntryError(f"no entry {ledger_id}:{first}")
         if disk:
-            fut = self._loop.run_in_executor(self._read_executor, self.storage.read_many, disk)  # type: ignore[union-attr]
             try:
-                datas = await asyncio.wait_for(fut, self.config.read_timeout_s)
-            except TimeoutError as e:
-                raise BookieUnavailableError(f"read of ledger {ledger_id} timed out") from e
+                datas = await self._read_disk(ledger_id, disk)
+            except BookieNoSuchEntryError:
+                # The log was compacted away between lookup and read: the index has moved on.
+                locations = self.storage.index.ledgers.get(ledger_id)
+                disk = [locations.lookup(first + i) if locations is not None else None for i in disk_at]  # type: ignore[misc]
+                if any(loc is None for loc in disk):
+                    raise
+                datas = await self._read_disk(ledger_id, disk)  # type: ignore[arg-type]
             for i, data in zip(disk_at, datas, strict=True):
                 out[i] = data
         return list(zip(range(first, first + len(out)), out, strict=True)), more  # type: ignore[arg-type]
+
+    async def _read_disk(self, ledger_id: int, items: list[tuple[int, int, int, int]]) -> list[bytes]:
+        fut = self._loop.run_in_executor(self._read_executor, self.storage.read_many, items)  # type: ignore[union-attr]
+        try:
+            return await asyncio.wait_for(fut, self.config.read_timeout_s)
+        except TimeoutError as e:
+            raise BookieUnavailableError(f"read of ledger {ledger_id} timed out") from e
 
     async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
         """``(lac, last_entry_id)`` as known to this bookie."""
@@ -576,6 +590,41 @@ class Bookie(FutureAdds):
             self._storage_failed = False
         self._last_mark = mark
 
+    async def compact(self, *, major: bool) -> list[int]:
+        """Run one entry-log compaction now (minor or major threshold); returns the removed log ids.
+
+        Runs on the checkpoint thread between checkpoints, so it never races a flush.
+        """
+        cfg = self.config
+        threshold = cfg.major_compaction_threshold if major else cfg.minor_compaction_threshold
+        if self._ckpt_executor is None or threshold <= 0:
+            return []
+        try:
+            await asyncio.wait_for(self._ckpt_lock.acquire(), cfg.checkpoint_timeout_s)
+        except TimeoutError as e:
+            raise BookieError("checkpoint lock wait timed out") from e
+        try:
+            if self._flushing is not None:
+                raise BookieError("a checkpoint is still running")
+            fut = self._loop.run_in_executor(self._ckpt_executor, self.storage.compact, threshold)  # type: ignore[union-attr]
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), cfg.compaction_timeout_s)
+            except TimeoutError as e:
+                raise BookieError("compaction timed out") from e
+            except OSError as e:
+                raise BookieError(f"compaction failed: {e!r}") from e
+        finally:
+            self._ckpt_lock.release()
+
+    async def _maybe_compact(self, now: float) -> None:
+        cfg = self.config
+        for major, interval in ((True, cfg.major_compaction_interval_s), (False, cfg.minor_compaction_interval_s)):
+            if now - self._last_compaction[major] >= interval:
+                self._last_compaction[major] = now
+                self._last_compaction[False] = now  # a major one covers the minor one
+                await self.compact(major=major)
+                return
+
     async def _checkpoint_loop(self) -> None:
         cfg = self.config
         last_space_check = 0.0
@@ -595,6 +644,13 @@ class Bookie(FutureAdds):
                     log.warning("checkpoint skipped: %s", e)
                 except Exception:  # keep checkpointing: the next attempt may succeed
                     log.exception("checkpoint failed")
+            elif self._flushing is None and not self._throttled:
+                try:
+                    await self._maybe_compact(now)
+                except BookieError as e:
+                    log.warning("compaction skipped: %s", e)
+                except Exception:
+                    log.exception("compaction failed")
 
     async def _check_free_space(self) -> None:
         dirs = {self.config.journal_dir, self.config.ledger_dir}

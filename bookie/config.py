@@ -58,6 +58,19 @@ class BookieConfig:
     #: Become read-only when the ledger or journal filesystem has less free space than this.
     min_free_bytes: int = 256 * MiB
 
+    #: Entry-log compaction (BookKeeper names and defaults): a log whose live bytes are below
+    #: this fraction of its size has its live entries copied to the current log and is deleted,
+    #: so one long-lived ledger does not pin every log it touched. 0 disables minor compaction.
+    minor_compaction_threshold: float = 0.2
+    #: Seconds between minor compactions (``minorCompactionInterval``).
+    minor_compaction_interval_s: float = 3600.0
+    #: Same for the rarer, more thorough major compaction (``majorCompactionThreshold``, 0 = off).
+    major_compaction_threshold: float = 0.8
+    #: Seconds between major compactions (``majorCompactionInterval``).
+    major_compaction_interval_s: float = 86400.0
+    #: Upper bound of one compaction.
+    compaction_timeout_s: float = 600.0
+
     #: Seconds between scans comparing local ledgers with the metadata store (ledgers deleted
     #: while this bookie was away are reclaimed). BookKeeper: ``gcWaitTime`` (900000 ms in Pulsar).
     gc_wait_time_s: float = 900.0
@@ -78,3 +91,6 @@ class BookieConfig:
             raise ValueError("entry_log_size must be between 1 byte and 4 GiB")
         if self.journal_file_size < 4 * KiB:
             raise ValueError("journal_file_size must be at least 4 KiB")
+        for name in ("minor_compaction_threshold", "major_compaction_threshold"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1)")

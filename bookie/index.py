@@ -25,7 +25,7 @@ import logging
 import os
 import struct
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from crc32c import crc32c
@@ -52,6 +52,7 @@ _STATE = struct.Struct("<qBqqH")  # ledger, fenced, lac, last entry, key length
 _BLOCK = struct.Struct("<qqI")  # ledger, first entry, count
 _MEMBER = struct.Struct("<Iq")  # log id, ledger
 _INDEX_FILE = "index.dat"
+_ENTRY_HEADER_SIZE = 24  # entry_log.ENTRY_HEADER_SIZE (length, crc32c, ledger, entry)
 
 
 class LedgerState:
@@ -178,6 +179,8 @@ class Checkpoint:
     states: dict[int, LedgerState]
     blocks: list[Block]
     members: list[tuple[int, int]]  # (log id, ledger id)
+    #: Entry logs emptied by compaction: they hold no ledger from here on (optional trailing section).
+    dropped_logs: list[int] = field(default_factory=list)
 
 
 class LedgerIndex:
@@ -263,6 +266,8 @@ class LedgerIndex:
             self.add_block(b)
         for log_id, ledger_id in cp.members:
             self.add_member(log_id, ledger_id)
+        for log_id in cp.dropped_logs:
+            self.drop_log(log_id)
         self.mark = cp.mark
 
     # ---------------------------------------------------------------- updates (checkpoint thread)
@@ -287,6 +292,43 @@ class LedgerIndex:
             self.max_log_id = log_id
         self.log_ledgers.setdefault(log_id, set()).add(ledger_id)
         self.ledger_logs.setdefault(ledger_id, set()).add(log_id)
+
+    def drop_log(self, log_id: int) -> None:
+        """The log's live entries were copied elsewhere: it holds no ledger any more."""
+        for lid in self.log_ledgers.get(log_id, ()):
+            logs = self.ledger_logs.get(lid)
+            if logs is not None:
+                logs.discard(log_id)
+        if log_id in self.log_ledgers:
+            self.log_ledgers[log_id] = set()
+
+    def live_bytes_by_log(self) -> dict[int, int]:
+        """Bytes of live records (entry header included) per entry log (blocking: one pass over the index)."""
+        live: dict[int, int] = {}
+        for locations in list(self.ledgers.values()):
+            _, locs, lens, _ = locations.view
+            for loc, n in zip(locs, lens, strict=True):
+                if loc >= 0:
+                    log_id = loc >> 32
+                    live[log_id] = live.get(log_id, 0) + n + _ENTRY_HEADER_SIZE
+        return live
+
+    def entries_in_log(self, log_id: int) -> dict[int, list[tuple[int, int, int, int, int]]]:
+        """``ledger -> [(entry, log, offset, length, crc)]`` of the live entries stored in ``log_id``."""
+        out: dict[int, list[tuple[int, int, int, int, int]]] = {}
+        for lid in sorted(self.log_ledgers.get(log_id, ())):
+            locations = self.ledgers.get(lid)
+            if locations is None:
+                continue
+            base, locs, lens, crcs = locations.view
+            items = [
+                (base + i, log_id, loc & 0xFFFFFFFF, lens[i], crcs[i])
+                for i, loc in enumerate(locs)
+                if loc >= 0 and loc >> 32 == log_id
+            ]
+            if items:
+                out[lid] = items
+        return out
 
     def unreferenced_logs(self, exclude: int) -> list[int]:
         """Entry logs that hold no live ledger any more (candidates for deletion)."""
@@ -399,6 +441,9 @@ def _encode(cp: Checkpoint) -> bytes:
         parts.append(b.crcs.tobytes())
     parts.append(_COUNT.pack(len(cp.members)))
     parts.extend(_MEMBER.pack(log_id, lid) for log_id, lid in cp.members)
+    if cp.dropped_logs:
+        parts.append(_COUNT.pack(len(cp.dropped_logs)))
+        parts.extend(_COUNT.pack(log_id) for log_id in cp.dropped_logs)
     body = b"".join(parts)
     return _CHUNK_HDR.pack(_CHUNK_MAGIC, len(body), crc32c(body)) + body
 
@@ -434,4 +479,8 @@ def _decode(body: memoryview) -> Checkpoint:
         blocks.append(Block(lid, first, *arrs))
     (n,) = take(_COUNT)
     members = [take(_MEMBER) for _ in range(n)]
-    return Checkpoint(JournalPosition(seq, off), deleted, states, blocks, members)
+    dropped: list[int] = []
+    if pos < len(body):  # written by compaction only
+        (n,) = take(_COUNT)
+        dropped = [take(_COUNT)[0] for _ in range(n)]
+    return Checkpoint(JournalPosition(seq, off), deleted, states, blocks, members, dropped)

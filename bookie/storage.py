@@ -106,11 +106,7 @@ class LedgerStorage:
         return removed
 
     def _collect_garbage(self) -> list[int]:
-        """Delete entry logs holding only deleted ledgers.
-
-        TODO(compaction): logs that mix live and deleted ledgers are kept whole; a compactor
-        would copy the live entries to a new log and re-point the index.
-        """
+        """Delete entry logs holding no live ledger (deleted ledgers, or emptied by :meth:`compact`)."""
         removed = self.index.unreferenced_logs(exclude=self.writer.log_id)
         for log_id in removed:
             self.reader.retire(log_id)
@@ -118,6 +114,61 @@ class LedgerStorage:
             self.index.forget_log(log_id)
         if removed:
             log.debug("garbage collected entry logs %s", removed)
+        return removed
+
+    def compact(self, threshold: float) -> list[int]:
+        """Copy the live entries of logs whose live ratio is below ``threshold`` to the current
+        log, persist the new locations, then delete the old logs (blocking). Returns their ids.
+
+        The index chunk is durable before anything changes in memory or on disk, so a crash or an
+        error at any step leaves the old locations valid (the copies are then dead bytes).
+        """
+        index, writer = self.index, self.writer
+        if index.mark is None:
+            return []
+        live = index.live_bytes_by_log()
+        candidates = []
+        for log_id, members in sorted(index.log_ledgers.items()):
+            if log_id == writer.log_id or not members:
+                continue
+            try:
+                size = entry_log_path(self.directory, log_id).stat().st_size
+            except FileNotFoundError:
+                continue
+            if size > 0 and live.get(log_id, 0) / size < threshold:
+                candidates.append(log_id)
+        if not candidates:
+            return []
+        if writer.failed:
+            writer.abandon()
+        blocks: list[Block] = []
+        members_out: list[tuple[int, int]] = []
+        copied = 0
+        try:
+            for log_id in candidates:
+                for lid, items in index.entries_in_log(log_id).items():
+                    datas = self.reader.read_many([(lg, off, n, crc) for _, lg, off, n, crc in items])
+                    eids = [it[0] for it in items]
+                    locs, crcs, logs = writer.add_many(lid, eids, datas)
+                    members_out.extend((lg, lid) for lg in logs)
+                    blocks.extend(_runs(lid, eids, locs, datas, crcs))
+                    copied += len(eids)
+            writer.sync()
+        except BaseException:
+            try:
+                writer.abandon()
+            except OSError as e:
+                log.error("entry log writer cannot start a new log yet: %r", e)
+            raise
+        index.persist(Checkpoint(index.mark, [], {}, blocks, members_out, candidates))
+        for b in blocks:
+            index.add_block(b)
+        for log_id, lid in members_out:
+            index.add_member(log_id, lid)
+        for log_id in candidates:
+            index.drop_log(log_id)
+        removed = self._collect_garbage()
+        log.info("compacted entry logs %s: %d live entries copied, %d logs removed", candidates, copied, len(removed))
         return removed
 
     def read_many(self, items: list[tuple[int, int, int, int]]) -> list[bytes]:
