@@ -95,7 +95,7 @@ class BookieNode:
         # Ledgers deleted while this bookie was away: reclaimed by comparing with the metadata.
         gc = self.gc = LedgerGarbageCollector(bookie, store)
         gc.start()
-        self._closers.append(gc.close)
+        self._closers.add(gc.close)
 
         if a.http_port is not None:
             runner = await self._start_http(a.bind_address, a.http_port)
