@@ -573,6 +573,8 @@ class Bookie(FutureAdds):
             if not self._storage_failed:
                 log.error("checkpoint failed, bookie %s is read-only until one succeeds: %r", self.address, exc)
             self._storage_failed = True
+            # Held-back adds would only time out: tell them now, like any add from here on.
+            self._fail_throttled(BookieReadOnlyError(f"bookie {self.address} is read-only (checkpoint failed)"))
             # Put everything back so the next checkpoint retries it; newer data wins.
             for lid, entries in snapshot.items():
                 if lid not in self._ledgers:
