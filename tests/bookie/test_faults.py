@@ -287,3 +287,26 @@ async def test_new_index_and_first_entry_log_are_made_durable_in_their_directory
     await make_bookie()
     assert any("index.dat" in names for names in seen)
     assert any(any(n.endswith(".log") for n in names) for names in seen)
+
+
+async def test_held_back_adds_fail_at_once_when_the_checkpoint_fails(
+    make_bookie, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Adds waiting for room in a full write cache learn at once that the checkpoint failed
+    (read-only) instead of waiting out ``max_throttle_time_s`` (EIO injected at ``_writev``)."""
+
+    def eio(fd: int, parts: list[bytes]) -> int:
+        time.sleep(0.2)
+        raise OSError(errno.EIO, "injected EIO")
+
+    b = await make_bookie(write_cache_max_bytes=16 * 1024, max_throttle_time_s=30.0)
+    monkeypatch.setattr(entry_log, "_writev", eio)
+    futs = [b.add_entry_nowait(1, e, KEY, e - 1, b"e" * 1024) for e in range(16)]
+    await asyncio.sleep(0)  # the full cache wakes the checkpoint, which swaps it out and fails
+    held = [b.add_entry_nowait(1, e, KEY, e - 1, b"e" * 1024) for e in range(16, 48)]
+    t0 = time.monotonic()
+    results = await asyncio.wait_for(asyncio.gather(*held, return_exceptions=True), 10)
+    assert time.monotonic() - t0 < 5
+    assert any(isinstance(r, BookieReadOnlyError) for r in results)
+    assert b.read_only
+    await asyncio.wait_for(asyncio.gather(*futs), 10)  # journaled before the failure: acknowledged
