@@ -19,9 +19,9 @@ checkpoint's entry-log GC.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from magnetar.common.tasks import TaskSet
 from magnetar.ledger.ledger_manager import LedgerManager
 from magnetar.metadata.api import MetadataError, MetadataStore
 
@@ -40,21 +40,19 @@ class LedgerGarbageCollector:
         self.manager = LedgerManager(store, root or bookie.config.metadata_ledgers_root)
         self.interval_s = bookie.config.gc_wait_time_s
         self.timeout_s = bookie.config.gc_timeout_s
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("bookie ledger GC")
+        self._started = False
         #: Ledgers deleted by this collector so far, and runs (metrics).
         self.ledgers_collected = 0
         self.runs = 0
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="bookie-ledger-gc")
+        if not self._started:
+            self._started = True
+            self._tasks.spawn(self._run(), name="bookie-ledger-gc")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._tasks.close()
 
     async def _run(self) -> None:
         while True:
