@@ -414,6 +414,7 @@ class Bookie(FutureAdds):
             data = cached.get(eid) if cached is not None else None
             if data is None and flushing is not None:
                 data = flushing.get(eid)
+            loc = None
             if data is None:
                 loc = locations.lookup(eid) if locations is not None else None
                 if loc is None:
@@ -426,7 +427,7 @@ class Bookie(FutureAdds):
                 if size > budget and out:
                     more = True
                     break
-            if data is None:
+            if loc is not None:
                 disk_at.append(len(out))
                 disk.append(loc)
             out.append(data)
@@ -439,10 +440,11 @@ class Bookie(FutureAdds):
             except BookieNoSuchEntryError:
                 # The log was compacted away between lookup and read: the index has moved on.
                 locations = self.storage.index.ledgers.get(ledger_id)
-                disk = [locations.lookup(first + i) if locations is not None else None for i in disk_at]  # type: ignore[misc]
-                if any(loc is None for loc in disk):
+                again = [locations.lookup(first + i) if locations is not None else None for i in disk_at]
+                disk = [loc for loc in again if loc is not None]
+                if len(disk) != len(disk_at):
                     raise
-                datas = await self._read_disk(ledger_id, disk)  # type: ignore[arg-type]
+                datas = await self._read_disk(ledger_id, disk)
             for i, data in zip(disk_at, datas, strict=True):
                 out[i] = data
         return list(zip(range(first, first + len(out)), out, strict=True)), more  # type: ignore[arg-type]
