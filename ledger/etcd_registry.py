@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 
@@ -43,11 +44,12 @@ class MetadataBookieRegistry(BookieRegistry):
     ) -> None:
         self.store = store
         self.refresh_interval_s = refresh_interval_s
-        self._client_options = {
-            "add_timeout_s": add_timeout_s,
-            "op_timeout_s": op_timeout_s,
-            "connect_timeout_s": connect_timeout_s,
-        }
+        self._new_client = functools.partial(
+            RemoteBookieClient,
+            add_timeout_s=add_timeout_s,
+            op_timeout_s=op_timeout_s,
+            connect_timeout_s=connect_timeout_s,
+        )
         self._writable: set[str] = set()
         self._readonly: set[str] = set()
         self._clients: dict[str, RemoteBookieClient] = {}
@@ -119,7 +121,7 @@ class MetadataBookieRegistry(BookieRegistry):
                 split_address(address)
             except ValueError as e:
                 raise BookieUnavailableError(str(e)) from None
-            c = self._clients[address] = RemoteBookieClient(address, **self._client_options)
+            c = self._clients[address] = self._new_client(address)
         return c
 
     async def close(self) -> None:
