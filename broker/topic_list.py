@@ -5,6 +5,11 @@ Every place that matches a client's topics pattern goes through :func:`compile_t
 the pattern is matched (whole-string) against the topic's name without its domain scheme and without a
 ``-partition-N`` suffix, and a list's hash is CRC32C of the sorted names joined by ``,``.
 
+Patterns are compiled with RE2 (``google-re2``), whose matching time is linear in the subject's length:
+a client's pattern such as ``^(.+)+#$`` cannot make the event loop backtrack for hours. Pulsar takes Java
+regex syntax; RE2 accepts most of it but not backreferences, lookaround, possessive quantifiers or atomic
+groups. Such a pattern is refused with a clear error rather than evaluated by a backtracking engine.
+
 A :class:`TopicListWatcher` (WATCH_TOPIC_LIST) keeps the matching persistent topics of one namespace
 and sends WATCH_TOPIC_UPDATE when a matching topic is created or deleted. :class:`TopicListService`
 (one per broker) feeds watchers from the metadata store: one watch per namespace that has watchers, on
@@ -14,10 +19,10 @@ the managed-ledger records, so topics created or deleted by any broker of the cl
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote
 
+import re2
 from crc32c import crc32c
 
 from magnetar.broker.errors import BrokerError
@@ -31,6 +36,18 @@ _MANAGED_LEDGERS = "/managed-ledgers"
 _SCHEME = "://"
 #: What a WATCH_TOPIC_LIST without a pattern watches (Pulsar's ``TopicList.ALL_TOPICS_PATTERN``).
 ALL_TOPICS_PATTERN = ".*"
+#: Memory RE2 may use for one compiled pattern (its DFA cache): bounds what one client's pattern costs.
+_RE2_MAX_MEM = 1 << 20
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.max_mem = _RE2_MAX_MEM
+    options.log_errors = False  # a client's bad pattern is answered, not logged by the C++ library
+    return options
+
+
+_OPTIONS = _re2_options()
 
 
 class TopicsPattern:
@@ -41,8 +58,14 @@ class TopicsPattern:
     def __init__(self, text: str) -> None:
         self.text = text
         try:
-            self._regex = re.compile(_remove_domain_scheme(text))
-        except (re.error, ValueError) as exc:
+            self._regex = re2.compile(_remove_domain_scheme(text), _OPTIONS)
+        except re2.error as exc:
+            reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+            raise BrokerError(
+                f"Invalid topics pattern {text!r} (RE2 syntax: no backreferences or lookaround): {reason}",
+                pb.UnknownError,
+            ) from exc
+        except ValueError as exc:
             raise BrokerError(f"Invalid topics pattern {text!r}: {exc}", pb.UnknownError) from exc
 
     def matches(self, topic: str) -> bool:
