@@ -22,6 +22,7 @@ from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import ChecksumMismatchError, Frame, FrameDecoder, FrameError, verify_entry
+from magnetar.broker.protocol.validate import InvalidMetadataError, check_message_metadata, invalid_string_field
 from magnetar.broker.topic import wire_position
 from magnetar.broker.topic_list import (
     ALL_TOPICS_PATTERN,
@@ -186,6 +187,12 @@ class ServerConnection(asyncio.Protocol):
             name = T.Type.Name(kind) if kind in T.Type.values() else str(kind)
             self.write(commands.error(_request_id(cmd), pb.NotAllowedError, f"Command {name} is not supported"))
             return
+        if kind not in _HOT_COMMANDS:
+            # Every string from the wire is checked here, once: nothing behind this meets a bytes "string".
+            bad = invalid_string_field(cmd)
+            if bad is not None:
+                self._refuse_invalid_utf8(cmd, bad)
+                return
         try:
             handler(self, cmd, frame)
         except BrokerError as exc:
@@ -193,6 +200,22 @@ class ServerConnection(asyncio.Protocol):
         except Exception as exc:
             log.exception("error handling %s from %s", T.Type.Name(kind), self.peer)
             self.write(commands.error(_request_id(cmd), pb.UnknownError, str(exc)))
+
+    def _refuse_invalid_utf8(self, cmd: T, field: str) -> None:
+        """Answer a command holding invalid UTF-8 in ``field`` with the error its response kind carries."""
+        leaf = field.rsplit(".", 1)[-1]
+        code = pb.InvalidTopicName if leaf in _NAME_FIELDS else pb.NotAllowedError
+        message = f"Invalid UTF-8 in {field}"
+        log.info("refused %s from %s: %s", T.Type.Name(cmd.type), self.peer, message)
+        request_id = _request_id(cmd)
+        if cmd.type == T.ACK:
+            if cmd.ack.HasField("request_id"):
+                self.write(commands.ack_response(cmd.ack.consumer_id, request_id, code, message))
+            return
+        if cmd.type == T.REDELIVER_UNACKNOWLEDGED_MESSAGES:
+            return  # no response exists for it
+        builder = _ERROR_RESPONSES.get(cmd.type, commands.error)
+        self.write(builder(request_id, code, message))
 
     def _spawn(
         self,
@@ -418,6 +441,13 @@ class ServerConnection(asyncio.Protocol):
             return
         except FrameError as exc:
             self.write(commands.send_error(s.producer_id, s.sequence_id, pb.UnknownError, f"Invalid message: {exc}"))
+            return
+        try:
+            # As the entry will be dispatched and read back: it must decode (one parse per entry).
+            check_message_metadata(data)
+        except InvalidMetadataError as exc:
+            log.info("refused a message from %s on %s: %s", self.peer, producer.topic.name, exc)
+            self.write(commands.send_error(s.producer_id, s.sequence_id, pb.NotAllowedError, str(exc)))
             return
         if len(data) - 6 > self.config.max_message_size and not s.is_chunk:
             self.write(
@@ -670,6 +700,18 @@ def _request_id(cmd: T) -> int:
                 return int(value.request_id)
     return 0
 
+
+#: Commands sent per message: no string field is read from them, so they skip the UTF-8 check.
+_HOT_COMMANDS = frozenset({T.SEND, T.FLOW, T.ACK, T.PING, T.PONG})
+#: String fields naming a topic, namespace or subscription: invalid UTF-8 there is InvalidTopicName.
+_NAME_FIELDS = frozenset({"topic", "namespace", "subscription", "topics_pattern"})
+#: Requests whose failure is answered by their own response kind rather than ERROR.
+_ERROR_RESPONSES: dict[int, Callable[[int, int, str], bytes]] = {
+    T.LOOKUP: commands.lookup_error,
+    T.PARTITIONED_METADATA: commands.partitioned_metadata_error,
+    T.GET_SCHEMA: lambda rid, code, msg: commands.get_schema_response(rid, None, None, code, msg),
+    T.GET_OR_CREATE_SCHEMA: lambda rid, code, msg: commands.get_or_create_schema_response(rid, None, code, msg),
+}
 
 _HANDLERS: dict[int, Callable[[ServerConnection, T, Frame], None]] = {
     T.CONNECT: ServerConnection.on_connect,

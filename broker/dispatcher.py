@@ -69,7 +69,7 @@ class Dispatcher:
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await asyncio.gather(task, return_exceptions=True)  # a failed loop must not fail seek/close
 
     async def close(self) -> None:
         self._closed = True
@@ -145,7 +145,17 @@ class Dispatcher:
                 continue
             self._read_backoff.reset()
             if entries:
-                self._dispatch(entries, replay)
+                try:
+                    self._dispatch(entries, replay)
+                except Exception:
+                    # A bug or an entry nothing foresaw must not end the subscription: skip these entries
+                    # (they stay unacknowledged) and go on with the next ones.
+                    log.exception(
+                        "dispatch failed on subscription %s; skipped entries %s..%s",
+                        self.subscription.name,
+                        entries[0].position,
+                        entries[-1].position,
+                    )
             # Let other tasks (publishers, acks) run between batches.
             await asyncio.sleep(0)
 

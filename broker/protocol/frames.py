@@ -15,6 +15,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.protocol.validate import max_batch_messages
 
 MAGIC_CRC32C = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02
@@ -176,20 +177,41 @@ class EntryMeta(NamedTuple):
 NONE_KEY = b"NONE_KEY"
 
 
+#: What dispatch assumes of an entry whose metadata does not decode: one message, delivered as it is.
+_UNREADABLE = EntryMeta(1, NONE_KEY, 0, 0, None, 0, 0, False)
+
+
 def entry_meta(entry: bytes) -> EntryMeta:
-    """Decode the per-entry facts the dispatchers use (one protobuf parse per entry, never per message)."""
-    (size,) = _U32.unpack_from(entry, 6)
+    """Decode the per-entry facts the dispatchers use (one protobuf parse per entry, never per message).
+
+    Never raises: entries are validated on publish, but one stored before that (or damaged) must not
+    stop its subscription, so an undecodable entry counts as one message without a key, and a batch's
+    message count is bounded by what its bytes can hold.
+    """
     m = pb.MessageMetadata()
-    m.ParseFromString(memoryview(entry)[10 : 10 + size])
+    try:
+        (size,) = _U32.unpack_from(entry, 6)
+        m.ParseFromString(memoryview(entry)[10 : 10 + size])
+    except Exception:
+        return _UNREADABLE
     if m.HasField("ordering_key"):
         key = m.ordering_key
     elif m.HasField("partition_key"):
-        key = _b64decode(m.partition_key) if m.partition_key_b64_encoded else m.partition_key.encode()
+        pk = m.partition_key  # bytes when it is invalid UTF-8 (upb hands the raw bytes over)
+        if isinstance(pk, bytes):
+            key = pk
+        elif m.partition_key_b64_encoded:
+            key = _b64decode(pk)
+        else:
+            key = pk.encode()
     else:
         key = NONE_KEY
-    chunked = m.HasField("uuid") and m.num_chunks_from_msg > 1
+    chunked = m.HasField("uuid") and m.num_chunks_from_msg > 1 and isinstance(m.uuid, str)
+    count = 1
+    if m.HasField("num_messages_in_batch"):
+        count = min(max(m.num_messages_in_batch, 1), max(max_batch_messages(m, len(entry) - 10 - size), 1))
     return EntryMeta(
-        m.num_messages_in_batch if m.HasField("num_messages_in_batch") else 1,
+        count,
         key,
         m.publish_time,
         m.deliver_at_time if m.HasField("deliver_at_time") else 0,

@@ -3,11 +3,16 @@ subscription, or corrupt a topic; every other client keeps working."""
 
 from __future__ import annotations
 
+import struct
 import time
+import urllib.request
 
 import pulsar
+import pytest
+from crc32c import crc32c
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.protocol.frames import entry_meta
 from tests.conftest import StandaloneProcess, _quiet_logger
 from tests.rawclient import RawClient
 
@@ -59,5 +64,150 @@ def test_pattern_with_unsupported_syntax_gets_clear_error(standalone: Standalone
         assert "RE2" in reply.error.message
         ok = _topics_of_namespace(raw, "public/default/.*", request_id=4)
         assert ok.type == T.GET_TOPICS_OF_NAMESPACE_RESPONSE
+    finally:
+        raw.close()
+
+
+# ---------------------------------------------------------------- 1: poison messages
+def _entry_with_raw_metadata(meta: bytes, payload: bytes) -> bytes:
+    body = struct.pack(">I", len(meta)) + meta + payload
+    return struct.pack(">HI", 0x0E01, crc32c(body)) + body
+
+
+def _meta(**fields: object) -> bytes:
+    return pb.MessageMetadata(producer_name="raw", sequence_id=0, publish_time=1, **fields).SerializeToString()
+
+
+_INVALID_UTF8_KEY = _meta(partition_key="k").replace(b"\x01k", b"\x01\xff")
+
+POISON = {
+    "garbage-metadata": _entry_with_raw_metadata(b"\xff\xff\xff\xff", b"payload"),
+    "invalid-utf8-partition-key": _entry_with_raw_metadata(_INVALID_UTF8_KEY, b"payload"),
+    "batch-claims-2^31-messages": _entry_with_raw_metadata(_meta(num_messages_in_batch=2**31 - 1), b"tiny"),
+    "batch-claims-zero-messages": _entry_with_raw_metadata(_meta(num_messages_in_batch=0), b"tiny"),
+}
+
+
+@pytest.mark.parametrize("poison", list(POISON), ids=list(POISON))
+def test_poison_message_is_refused_and_subscription_keeps_flowing(
+    standalone: StandaloneProcess, client: pulsar.Client, topic_name: str, poison: str
+) -> None:
+    consumer = client.subscribe(
+        topic_name, "s", consumer_type=pulsar.ConsumerType.Shared, initial_position=pulsar.InitialPosition.Earliest
+    )
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        assert raw.create_producer(topic_name).type == T.PRODUCER_SUCCESS
+        raw.send_message(1, 0, b"", entry=POISON[poison])
+        reply = raw.recv_until_any({T.SEND_ERROR, T.SEND_RECEIPT})
+        assert reply.type == T.SEND_ERROR and reply.send_error.error == pb.NotAllowedError
+        assert "metadata" in reply.send_error.message.lower() or "batch" in reply.send_error.message.lower()
+        raw.send_message(1, 1, b"good")
+        assert raw.recv_until(T.SEND_RECEIPT).send_receipt.sequence_id == 1
+    finally:
+        raw.close()
+    assert consumer.receive(timeout_millis=5000).data() == b"good"
+    consumer.seek(pulsar.MessageId.earliest)
+    assert consumer.receive(timeout_millis=5000).data() == b"good"
+    consumer.unsubscribe()
+
+
+@pytest.mark.parametrize("poison", list(POISON), ids=list(POISON))
+def test_entry_meta_never_raises_on_a_stored_entry(poison: str) -> None:
+    meta = entry_meta(POISON[poison])
+    assert 1 <= meta.num_messages <= len(POISON[poison])
+    assert isinstance(meta.sticky_key, bytes)
+
+
+def test_batch_lying_about_its_contents_is_delivered_as_is(
+    standalone: StandaloneProcess, client: pulsar.Client, topic_name: str
+) -> None:
+    # Claims 3 messages, holds one: the broker cannot tell without per-message work; it stores and
+    # delivers the entry unchanged and the subscription goes on to the next message.
+    single = pb.SingleMessageMetadata(payload_size=20).SerializeToString()
+    payload = struct.pack(">I", len(single)) + single + b"hi" * 10
+    lying = _entry_with_raw_metadata(_meta(num_messages_in_batch=3), payload)
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        assert raw.create_producer(topic_name).type == T.PRODUCER_SUCCESS
+        raw.send_message(1, 0, b"", entry=lying)
+        raw.send_message(1, 1, b"good")
+        assert raw.recv_until(T.SEND_RECEIPT).send_receipt.sequence_id == 0
+        assert raw.recv_until(T.SEND_RECEIPT).send_receipt.sequence_id == 1
+        assert raw.subscribe(topic_name, "s", consumer_id=7, request_id=9).type == T.SUCCESS
+        raw.flow(7, 100)
+        first, second = raw.recv_until(T.MESSAGE), raw.recv_until(T.MESSAGE)
+        assert (first.message.message_id.entryId, second.message.message_id.entryId) == (0, 1)
+    finally:
+        raw.close()
+
+
+# ---------------------------------------------------------------- 2: invalid UTF-8 from the wire
+def _with_invalid_utf8(cmd: T, text: str) -> bytes:
+    """``cmd``'s frame with the string ``text`` (once in it) turned into invalid UTF-8 of the same length."""
+    body = cmd.SerializeToString()
+    encoded = text.encode()
+    assert body.count(encoded) == 1
+    body = body.replace(encoded, b"\xff" * len(encoded))
+    return struct.pack(">II", len(body) + 4, len(body)) + body
+
+
+def test_invalid_utf8_topic_is_invalid_topic_name(standalone: StandaloneProcess, client: pulsar.Client) -> None:
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        for kind, field in ((T.PRODUCER, "producer"), (T.SUBSCRIBE, "subscribe"), (T.LOOKUP, "lookupTopic")):
+            cmd = T(type=kind)
+            inner = getattr(cmd, field)
+            inner.topic, inner.request_id = "persistent://public/default/BADNAME", 5
+            if kind == T.SUBSCRIBE:
+                inner.subscription, inner.subType, inner.consumer_id = "s", pb.CommandSubscribe.Exclusive, 1
+            elif kind == T.PRODUCER:
+                inner.producer_id = 1
+            raw.send_raw(_with_invalid_utf8(cmd, "BADNAME"))
+            reply = raw.recv_until_any({T.ERROR, T.LOOKUP_RESPONSE, T.PRODUCER_SUCCESS, T.SUCCESS})
+            if reply.type == T.LOOKUP_RESPONSE:
+                assert reply.lookupTopicResponse.response == pb.CommandLookupTopicResponse.Failed
+                assert reply.lookupTopicResponse.error == pb.InvalidTopicName
+            else:
+                assert reply.type == T.ERROR and reply.error.error == pb.InvalidTopicName, reply
+        # The connection still works, and no producer was left behind with id 1.
+        assert raw.create_producer("persistent://public/default/after-bad-utf8", request_id=6).type == (
+            T.PRODUCER_SUCCESS
+        )
+    finally:
+        raw.close()
+
+
+def test_invalid_utf8_names_are_refused_and_stats_keep_working(
+    standalone: StandaloneProcess, topic_name: str
+) -> None:
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        cmd = T(type=T.PRODUCER)
+        p = cmd.producer
+        p.topic, p.producer_id, p.request_id, p.producer_name = topic_name, 1, 1, "PNAME"
+        raw.send_raw(_with_invalid_utf8(cmd, "PNAME"))
+        reply = raw.recv_until_any({T.ERROR, T.PRODUCER_SUCCESS})
+        assert reply.type == T.ERROR and reply.error.request_id == 1
+        cmd = T(type=T.SUBSCRIBE)
+        s = cmd.subscribe
+        s.topic, s.subscription, s.consumer_id, s.request_id, s.consumer_name = topic_name, "sub", 1, 2, "CNAME"
+        s.subType = pb.CommandSubscribe.Exclusive
+        raw.send_raw(_with_invalid_utf8(cmd, "CNAME"))
+        reply = raw.recv_until_any({T.ERROR, T.SUCCESS})
+        assert reply.type == T.ERROR and reply.error.request_id == 2
+        # A valid producer whose SEND carries an invalid UTF-8 property: refused too.
+        assert raw.create_producer(topic_name, producer_id=3, request_id=3).type == T.PRODUCER_SUCCESS
+        bad = _meta(properties=[pb.KeyValue(key="PK", value="v")]).replace(b"\x02PK", b"\x02\xff\xff")
+        raw.send_message(3, 0, b"", entry=_entry_with_raw_metadata(bad, b"x"))
+        assert raw.recv_until_any({T.SEND_ERROR, T.SEND_RECEIPT}).type == T.SEND_ERROR
+        path = topic_name.replace("persistent://", "persistent/")
+        for url in (f"{standalone.http_url}/admin/v2/{path}/stats", f"{standalone.http_url}/metrics"):
+            with urllib.request.urlopen(url, timeout=10) as r:
+                assert r.status == 200
     finally:
         raw.close()
