@@ -204,7 +204,7 @@ class BrokerService:
         if mode in (Mode.PERSISTENT, Mode.ALL):
             found.update(await self.resources.list_persistent_topics(namespace))
         for key, fut in self._topics.items():
-            if not fut.done() or fut.exception() is not None:
+            if not _loaded(fut):
                 continue
             name = fut.result().name
             if name.namespace == namespace and (mode == Mode.ALL or (mode == Mode.PERSISTENT) == name.persistent):
@@ -218,24 +218,24 @@ class BrokerService:
         ``explicit`` creation (the admin API) does not depend on the auto-creation policy.
         """
         key = str(name)
-        fut = self._topics.get(key)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._topics[key] = fut
-            try:
-                topic = await self._load(name, create, explicit)
-            except BaseException as exc:
-                self._topics.pop(key, None)
-                fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError("topic load cancelled"))
-                fut.exception()  # retrieved: waiters get it through await
-                raise
-            fut.set_result(topic)
-            return topic
-        topic = await asyncio.shield(fut)
+        load = self._topics.get(key)
+        if load is None:
+            # One load per topic, in a task of its own: a client that disconnects (cancelling its request)
+            # can neither cancel a load other clients wait for nor leave the managed ledger half-opened.
+            load = asyncio.get_running_loop().create_task(self._load(name, create, explicit), name=f"load {key}")
+            self._topics[key] = load
+            load.add_done_callback(functools.partial(self._load_done, key))
+        topic = await asyncio.shield(load)
         if topic.closed:
-            self._topics.pop(key, None)
+            if self._topics.get(key) is load:
+                del self._topics[key]
             return await self.get_topic(name, create=create, explicit=explicit)
         return topic
+
+    def _load_done(self, key: str, load: asyncio.Future[PersistentTopic]) -> None:
+        """A failed load is forgotten (the next request tries again); its error reached its waiters."""
+        if (load.cancelled() or load.exception() is not None) and self._topics.get(key) is load:
+            del self._topics[key]
 
     async def _load(self, name: TopicName, create: bool, explicit: bool = False) -> PersistentTopic:
         if not name.persistent:
@@ -288,7 +288,7 @@ class BrokerService:
     # ------------------------------------------------------------------ topic administration
     def loaded_topic(self, name: TopicName) -> PersistentTopic | None:
         fut = self._topics.get(str(name))
-        if fut is None or not fut.done() or fut.exception() is not None:
+        if fut is None or not _loaded(fut):
             return None
         return fut.result()
 
@@ -404,12 +404,12 @@ class BrokerService:
         return Resources._partitioned_path(name)
 
     def loaded_topics(self) -> list[PersistentTopic]:
-        return [f.result() for f in self._topics.values() if f.done() and f.exception() is None]
+        return [f.result() for f in self._topics.values() if _loaded(f)]
 
     async def unload_topic(self, topic: PersistentTopic) -> None:
         key = str(topic.name)
         fut = self._topics.get(key)
-        if fut is not None and fut.done() and fut.exception() is None and fut.result() is topic:
+        if fut is not None and _loaded(fut) and fut.result() is topic:
             del self._topics[key]
         await topic.close()
 
@@ -423,6 +423,11 @@ class BrokerService:
             server.close()
         if self._server is not None:
             self._server.close()
+        loading = [load for load in self._topics.values() if not load.done()]
+        for load in loading:
+            load.cancel()
+        if loading:
+            await asyncio.wait(loading, timeout=5)
         for topic in self.loaded_topics():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(topic.close(), 10)
@@ -433,3 +438,8 @@ class BrokerService:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)
         await self.tasks.close()
+
+
+def _loaded(load: asyncio.Future[PersistentTopic]) -> bool:
+    """Whether a topic load finished with a topic."""
+    return load.done() and not load.cancelled() and load.exception() is None

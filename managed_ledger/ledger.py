@@ -83,6 +83,8 @@ class ManagedLedgerImpl(ManagedLedger):
         self._waiting: set[ManagedCursorImpl] = set()
         # Housekeeping.
         self._meta_lock = asyncio.Lock()
+        #: Property writes in flight, kept until they end (see ``set_properties``).
+        self._property_writes: set[asyncio.Task[None]] = set()
         self._trim_timer: asyncio.TimerHandle | None = None
         self._periodic_timer: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
@@ -141,6 +143,20 @@ class ManagedLedgerImpl(ManagedLedger):
 
     async def set_properties(self, updates: dict[str, str | None]) -> None:
         self._check_open()
+        # The write runs to its end even when the caller is cancelled (a client disconnecting): cut off
+        # between the stored CAS and noting its version, the ledger would take its own write for another
+        # owner's at the next CAS and fence itself.
+        write = self._loop.create_task(self._write_properties(updates))
+        self._property_writes.add(write)
+        write.add_done_callback(self._property_write_done)
+        await asyncio.shield(write)
+
+    def _property_write_done(self, write: asyncio.Task[None]) -> None:
+        self._property_writes.discard(write)
+        if not write.cancelled():
+            write.exception()  # retrieved: a caller still waiting gets it through the shield
+
+    async def _write_properties(self, updates: dict[str, str | None]) -> None:
         async with self._meta_lock:
             previous = dict(self._properties)
             for key, value in updates.items():

@@ -3,6 +3,7 @@ subscription, or corrupt a topic; every other client keeps working."""
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 import urllib.request
@@ -211,3 +212,47 @@ def test_invalid_utf8_names_are_refused_and_stats_keep_working(
                 assert r.status == 200
     finally:
         raw.close()
+
+
+# ---------------------------------------------------------------- 3: a disconnect never fences a topic
+def _reset(raw: RawClient) -> None:
+    """Close with a TCP reset (SO_LINGER 0), as a client that dies mid-request."""
+    raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    raw.close()
+
+
+def _producer_cmd(topic: str, producer_id: int, request_id: int, mode: int) -> T:
+    cmd = T(type=T.PRODUCER)
+    p = cmd.producer
+    p.topic, p.producer_id, p.request_id, p.producer_access_mode = topic, producer_id, request_id, mode
+    return cmd
+
+
+def test_reset_after_exclusive_producer_request_never_fences_the_topic(
+    standalone: StandaloneProcess, client: pulsar.Client, topic_name: str
+) -> None:
+    for i in range(40):
+        topic = f"{topic_name}-{i % 4}"  # new topics (load cancelled) and loaded ones (epoch write cancelled)
+        dying, bystander = RawClient(standalone.port), RawClient(standalone.port)
+        try:
+            dying.connect()
+            bystander.connect()
+            dying.send(_producer_cmd(topic, 1, 1, pb.Exclusive))
+            bystander.send(_producer_cmd(topic + "-shared", 1, 1, pb.Shared))
+            dying.send(_producer_cmd(topic + "-shared", 2, 2, pb.Shared))
+            time.sleep((i % 8) * 0.0005)
+            _reset(dying)
+            reply = bystander.recv_until_any({T.PRODUCER_SUCCESS, T.ERROR})
+            assert reply.type == T.PRODUCER_SUCCESS, f"try {i}: another client's disconnect failed this: {reply}"
+        finally:
+            bystander.close()
+        deadline = time.monotonic() + 10
+        while True:  # the dead client's producer goes away with its connection
+            try:
+                producer = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+                break
+            except pulsar.ProducerFenced:
+                assert time.monotonic() < deadline, f"try {i}: topic stays fenced"
+                time.sleep(0.05)
+        producer.send(b"x")
+        producer.close()
