@@ -65,6 +65,11 @@ class BrokerConfig:
     max_message_size: int = _setting(
         5 * 1024 * 1024, "Largest message (payload + metadata) a producer may send; frames may be 10 KiB larger."
     )
+    max_uncompressed_message_size: int = _setting(
+        64 * 1024 * 1024,
+        "Largest uncompressed size a stored message may declare for the admin API to decompress it "
+        "(Magnetar's own; larger: 409). Bounds the memory one message read through the admin API costs.",
+    )
     keep_alive_interval_seconds: int = _setting(30, "PING interval; a peer silent for two intervals is dropped.")
     enable_broker_topic_list_watcher: bool = _setting(
         True, "Serve and advertise topic-list watchers (PIP-145, WATCH_TOPIC_LIST)."

@@ -12,6 +12,8 @@ PARTITION_SUFFIX = "-partition-"
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 _NAMED_ENTITY = re.compile(r"^[-=:.\w]+$")
+_PARTITION_INDEX = re.compile(r"0|[1-9][0-9]{0,9}")
+_INT32_MAX = 2**31 - 1
 
 
 def check_named_entity(kind: str, name: str) -> None:
@@ -69,10 +71,17 @@ class TopicName:
 
     @property
     def partition_index(self) -> int:
-        """The partition number for ``...-partition-N`` names, else -1."""
+        """The partition number for ``...-partition-N`` names, else -1.
+
+        As Pulsar's ``TopicName.getPartitionIndex``: N must be a canonical int32 (ASCII digits, no leading
+        zero); anything else (``-partition-99999999999``, ``-partition-007``, other scripts' digits) is an
+        ordinary topic name, not a partition.
+        """
         base, sep, index = self.local_name.rpartition(PARTITION_SUFFIX)
-        if sep and base and index.isdigit():
-            return int(index)
+        if sep and base and _PARTITION_INDEX.fullmatch(index):
+            value = int(index)
+            if value <= _INT32_MAX:
+                return value
         return -1
 
     @property

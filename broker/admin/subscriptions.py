@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from aiohttp import web
@@ -19,7 +20,7 @@ from magnetar.broker.admin.api import (
     service_of,
 )
 from magnetar.broker.admin.topics import TOPIC, MessageIdBody, existing_topic, topic_from
-from magnetar.broker.protocol.compression import decompress
+from magnetar.broker.protocol.compression import CorruptPayloadError, decompress
 from magnetar.broker.protocol.frames import parse_metadata
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
@@ -189,7 +190,7 @@ async def peek(request: web.Request) -> web.StreamResponse:
     entry = await sub.peek(nth)
     if entry is None:
         raise not_found("Message not found")
-    return message_response(entry)
+    return message_response(entry, service.config.max_uncompressed_message_size)
 
 
 @routes.get(
@@ -200,7 +201,8 @@ async def peek(request: web.Request) -> web.StreamResponse:
 )
 async def examine(request: web.Request) -> web.StreamResponse:
     name = topic_from(request)
-    topic = await existing_topic(service_of(request), name)
+    service = service_of(request)
+    topic = await existing_topic(service, name)
     initial = request.query.get("initialPosition", "latest").lower()
     if initial not in ("latest", "earliest"):
         raise RestError(412, "initialPosition must be latest or earliest")
@@ -218,7 +220,7 @@ async def examine(request: web.Request) -> web.StreamResponse:
         position = ml.last_confirmed_entry
         for _ in range(nth - 1):
             position = ml.previous_position(position)
-    return message_response(await ml.read_entry(position))
+    return message_response(await ml.read_entry(position), service.config.max_uncompressed_message_size)
 
 
 @routes.get(
@@ -227,7 +229,8 @@ async def examine(request: web.Request) -> web.StreamResponse:
     responses={200: "message", 404: "no such message"},
 )
 async def get_message_by_id(request: web.Request) -> web.StreamResponse:
-    topic = await existing_topic(service_of(request), topic_from(request))
+    service = service_of(request)
+    topic = await existing_topic(service, topic_from(request))
     position = Position(_int_path(request, "ledgerId", minimum=0), _int_path(request, "entryId", minimum=0))
     ml = topic.ledger
     if not (ml.first_position <= position <= ml.last_confirmed_entry) or position.entry_id < 0:
@@ -236,18 +239,26 @@ async def get_message_by_id(request: web.Request) -> web.StreamResponse:
         entry = await ml.read_entry(position)
     except Exception:
         raise not_found(f"Message not found: {position}") from None
-    return message_response(entry)
+    return message_response(entry, service.config.max_uncompressed_message_size)
 
 
-def message_response(entry: Entry) -> web.Response:
-    """A stored message as Pulsar's admin API returns it: payload body, metadata in ``X-Pulsar-*`` headers."""
-    metadata, payload = parse_metadata(entry.data)
+def message_response(entry: Entry, max_uncompressed: int) -> web.Response:
+    """A stored message as Pulsar's admin API returns it: payload body, metadata in ``X-Pulsar-*`` headers.
+
+    A stored entry that does not decode (metadata, or payload under its codec and declared size) is 409
+    with the reason; text from the client goes into headers with control characters escaped.
+    """
+    try:
+        metadata, payload = parse_metadata(entry.data)
+    except Exception as exc:
+        raise RestError(409, f"Message {entry.position} has corrupt metadata: {exc}") from None
     headers = {"X-Pulsar-Message-ID": str(entry.position)}
-    props = {kv.key: kv.value for kv in metadata.properties}
+    props = {_text(kv.key): _text(kv.value) for kv in metadata.properties}
     if props:
         headers["X-Pulsar-PROPERTY"] = json.dumps(props)
         for key, value in props.items():
-            headers[f"X-Pulsar-PROPERTY-{key}"] = value
+            if _HEADER_TOKEN.fullmatch(key):  # others are only in the JSON header
+                headers[f"X-Pulsar-PROPERTY-{key}"] = _header_value(value)
     headers["X-Pulsar-publish-time"] = _iso_ms(metadata.publish_time)
     if metadata.event_time:
         headers["X-Pulsar-event-time"] = _iso_ms(metadata.event_time)
@@ -256,16 +267,33 @@ def message_response(entry: Entry) -> web.Response:
     if metadata.HasField("num_messages_in_batch"):
         headers["X-Pulsar-num-batch-message"] = str(metadata.num_messages_in_batch)
         headers["X-Pulsar-batch-size"] = str(len(payload))
-    headers["X-Pulsar-producer-name"] = metadata.producer_name
+    headers["X-Pulsar-producer-name"] = _header_value(_text(metadata.producer_name))
     headers["X-Pulsar-sequence-id"] = str(metadata.sequence_id)
     if metadata.HasField("partition_key"):
-        headers["X-Pulsar-partition-key"] = metadata.partition_key
+        headers["X-Pulsar-partition-key"] = _header_value(_text(metadata.partition_key))
     if metadata.null_value:
         headers["X-Pulsar-null-value"] = "true"
     if metadata.HasField("replicated_from"):
-        headers["X-Pulsar-replicated-from"] = metadata.replicated_from
-    body = decompress(metadata.compression, payload, metadata.uncompressed_size)
+        headers["X-Pulsar-replicated-from"] = _header_value(_text(metadata.replicated_from))
+    try:
+        body = decompress(metadata.compression, payload, metadata.uncompressed_size, max_uncompressed)
+    except CorruptPayloadError as exc:
+        raise RestError(409, f"Message {entry.position} cannot be decompressed: {exc}") from None
     return web.Response(body=body, headers=headers, content_type="application/octet-stream")
+
+
+_HEADER_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _text(value: str | bytes) -> str:
+    """A metadata string (upb gives bytes for invalid UTF-8, e.g. in an entry stored before validation)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _header_value(value: str) -> str:
+    """``value`` safe in an HTTP header: control characters (CR, LF, ...) percent-escaped."""
+    return _CONTROL.sub(lambda m: f"%{ord(m.group()):02X}", value)
 
 
 def _iso_ms(ms: int) -> str:

@@ -6,10 +6,16 @@ from __future__ import annotations
 import socket
 import struct
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
+import zlib
 
+import lz4.block
 import pulsar
 import pytest
+import snappy
+import zstandard
 from crc32c import crc32c
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -256,3 +262,139 @@ def test_reset_after_exclusive_producer_request_never_fences_the_topic(
                 time.sleep(0.05)
         producer.send(b"x")
         producer.close()
+
+
+# ---------------------------------------------------------------- 5: smaller ones
+def _admin_get(url: str) -> tuple[int, bytes, dict[str, str]]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
+
+
+_DATA = b"hello world " * 20
+CORRUPT_PAYLOADS = {
+    "lz4-garbage": (pb.LZ4, b"\xff" * 40, len(_DATA)),
+    "lz4-wrong-size": (pb.LZ4, lz4.block.compress(_DATA, store_size=False), len(_DATA) + 7),
+    "zlib-garbage": (pb.ZLIB, b"\x78\x9c" + b"\xff" * 30, len(_DATA)),
+    "zlib-wrong-size": (pb.ZLIB, zlib.compress(_DATA), len(_DATA) - 10),
+    "zstd-garbage": (pb.ZSTD, b"\x28\xb5\x2f\xfd" + b"\xff" * 30, len(_DATA)),
+    "zstd-wrong-size": (pb.ZSTD, zstandard.ZstdCompressor().compress(_DATA), len(_DATA) - 1),
+    "snappy-garbage": (pb.SNAPPY, b"\xff" * 40, len(_DATA)),
+    "snappy-wrong-size": (pb.SNAPPY, snappy.compress(_DATA), len(_DATA) + 1),
+    "huge-declared-size": (pb.LZ4, lz4.block.compress(_DATA, store_size=False), 2**32 - 1),
+}
+
+
+def test_admin_get_message_with_corrupt_payload_is_409(standalone: StandaloneProcess, topic_name: str) -> None:
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        assert raw.create_producer(topic_name).type == T.PRODUCER_SUCCESS
+        ids = {}
+        for seq, (name, (codec, payload, size)) in enumerate(CORRUPT_PAYLOADS.items()):
+            meta = _meta(compression=codec, uncompressed_size=size)
+            raw.send_message(1, seq, b"", entry=_entry_with_raw_metadata(meta, payload))
+            receipt = raw.recv_until(T.SEND_RECEIPT).send_receipt
+            ids[name] = (receipt.message_id.ledgerId, receipt.message_id.entryId)
+        good = _meta(compression=pb.ZLIB, uncompressed_size=len(_DATA))
+        raw.send_message(1, 100, b"", entry=_entry_with_raw_metadata(good, zlib.compress(_DATA)))
+        receipt = raw.recv_until(T.SEND_RECEIPT).send_receipt
+        ids["good"] = (receipt.message_id.ledgerId, receipt.message_id.entryId)
+    finally:
+        raw.close()
+    path = topic_name.replace("persistent://", "persistent/")
+    for name, (ledger, entry) in ids.items():
+        status, body, _ = _admin_get(f"{standalone.http_url}/admin/v2/{path}/ledger/{ledger}/entry/{entry}")
+        if name == "good":
+            assert status == 200 and body == _DATA
+        else:
+            assert status == 409, (name, status, body)
+            assert b"reason" in body
+
+
+def test_admin_get_message_with_control_characters_in_metadata(
+    standalone: StandaloneProcess, topic_name: str
+) -> None:
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        assert raw.create_producer(topic_name).type == T.PRODUCER_SUCCESS
+        meta = pb.MessageMetadata(
+            producer_name="evil\r\nSet-Cookie: x=1", sequence_id=0, publish_time=1, partition_key="k\n\x00",
+            properties=[pb.KeyValue(key="a b\r\n", value="v\r\nX-Injected: 1"), pb.KeyValue(key="ok", value="\x07")],
+        ).SerializeToString()
+        raw.send_message(1, 0, b"", entry=_entry_with_raw_metadata(meta, b"body"))
+        receipt = raw.recv_until(T.SEND_RECEIPT).send_receipt
+    finally:
+        raw.close()
+    path = topic_name.replace("persistent://", "persistent/")
+    url = f"{standalone.http_url}/admin/v2/{path}/ledger/{receipt.message_id.ledgerId}/entry/0"
+    status, body, headers = _admin_get(url)
+    assert status == 200 and body == b"body"
+    assert "X-Injected" not in headers and "Set-Cookie" not in headers
+    assert headers["X-Pulsar-PROPERTY-ok"] == "%07"
+
+
+def test_redeliver_with_unknown_ids_redelivers_the_known_ones(
+    standalone: StandaloneProcess, topic_name: str
+) -> None:
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        assert raw.create_producer(topic_name).type == T.PRODUCER_SUCCESS
+        raw.send_message(1, 0, b"m0")
+        raw.recv_until(T.SEND_RECEIPT)
+        assert raw.subscribe(topic_name, "s", 7, 9, sub_type=pb.CommandSubscribe.Shared).type == T.SUCCESS
+        raw.flow(7, 10)
+        first = raw.recv_until(T.MESSAGE).message.message_id
+        cmd = T(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+        r = cmd.redeliverUnacknowledgedMessages
+        r.consumer_id = 7
+        for ledger, entry in ((2**64 - 1, 2**64 - 1), (999999, 0), (first.ledgerId, 2**63 + 5)):
+            r.message_ids.add(ledgerId=ledger, entryId=entry)
+        r.message_ids.add(ledgerId=first.ledgerId, entryId=first.entryId)
+        raw.send(cmd)
+        again = raw.recv_until(T.MESSAGE)
+        assert (again.message.message_id.entryId, again.message.redelivery_count) == (first.entryId, 1)
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "persistent://public/default/t-partition-99999999999999999999999",
+        "persistent://public/default/t-partition-2147483648",
+        "persistent://public/default/t-partition-\u00b2",
+        "persistent://public/default/t\x00\x01",
+        "persistent://public/default/t\r\nx",
+    ],
+)
+def test_odd_topic_names_get_invalid_topic_name_or_work(standalone: StandaloneProcess, topic: str) -> None:
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        reply = raw.create_producer(topic)
+        assert reply.type == T.PRODUCER_SUCCESS or reply.error.error == pb.InvalidTopicName, reply
+        if reply.type == T.PRODUCER_SUCCESS:  # an ordinary topic, not a partition: it works end to end
+            raw.send_message(1, 0, b"odd")
+            raw.recv_until(T.SEND_RECEIPT)
+            assert raw.subscribe(topic, "s", consumer_id=3, request_id=4).type == T.SUCCESS
+            raw.flow(3, 10)
+            assert raw.recv_until(T.MESSAGE).message.message_id.partition in (0, -1)
+        lookup = T(type=T.PARTITIONED_METADATA)
+        lookup.partitionMetadata.topic, lookup.partitionMetadata.request_id = topic, 2
+        raw.send(lookup)
+        meta = raw.recv_until(T.PARTITIONED_METADATA_RESPONSE).partitionMetadataResponse
+        assert meta.response == pb.CommandPartitionedTopicMetadataResponse.Success or (
+            meta.error == pb.InvalidTopicName
+        ), meta
+    finally:
+        raw.close()
+    quoted = urllib.parse.quote(topic.replace("persistent://", "persistent/"), safe="/")
+    status, _, _ = _admin_get(f"{standalone.http_url}/admin/v2/{quoted}/stats")
+    assert status in (200, 404, 412), status
+    status, _, _ = _admin_get(f"{standalone.http_url}/admin/v2/{quoted}/partitions")
+    assert status in (200, 404, 412), status
