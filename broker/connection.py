@@ -394,6 +394,9 @@ class ServerConnection(asyncio.Protocol):
                 topic, self, r.producer_id, producer_name, user_named, {kv.key: kv.value for kv in r.metadata}
             )
             producer.access_mode = r.producer_access_mode
+            if r.producer_id in self.producers:
+                # Another request for this id registered while this one awaited: one producer per id.
+                raise BrokerError("Producer id is already used on this connection", pb.ProducerBusy)
             # Registered before a WaitForExclusive producer is granted, so it can be closed while queued.
             self.producers[r.producer_id] = producer
 
@@ -505,6 +508,9 @@ class ServerConnection(asyncio.Protocol):
                 consumer.key_shared_meta = r.keySharedMeta
             if self.closed:
                 return
+            if r.consumer_id in self.consumers:
+                # Another request for this id registered while this one awaited: one consumer per id.
+                raise BrokerError("Consumer id is already used on this connection", pb.ConsumerBusy)
             sub.add_consumer(consumer)
             self.consumers[r.consumer_id] = consumer
             self.write(commands.success(r.request_id))

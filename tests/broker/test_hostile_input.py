@@ -3,6 +3,7 @@ subscription, or corrupt a topic; every other client keeps working."""
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
@@ -398,3 +399,31 @@ def test_odd_topic_names_get_invalid_topic_name_or_work(standalone: StandalonePr
     assert status in (200, 404, 412), status
     status, _, _ = _admin_get(f"{standalone.http_url}/admin/v2/{quoted}/partitions")
     assert status in (200, 404, 412), status
+
+
+def test_concurrent_requests_for_one_id_leave_no_orphan(standalone: StandaloneProcess, topic_name: str) -> None:
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        for request_id in (1, 2):  # both in flight before either is registered
+            raw.send(_producer_cmd(topic_name, 5, request_id, pb.Shared))
+        for request_id in (3, 4):
+            cmd = T(type=T.SUBSCRIBE)
+            s = cmd.subscribe
+            s.topic, s.subscription, s.subType = topic_name, f"sub-{request_id}", pb.CommandSubscribe.Shared
+            s.consumer_id, s.request_id = 6, request_id
+            raw.send(cmd)
+        replies = [raw.recv_until_any({T.PRODUCER_SUCCESS, T.SUCCESS, T.ERROR}) for _ in range(4)]
+        assert [r.type for r in replies].count(T.SUCCESS) == 1  # one consumer per id: the other is ConsumerBusy
+    finally:
+        _reset(raw)
+    path = topic_name.replace("persistent://", "persistent/")
+    deadline = time.monotonic() + 10
+    while True:
+        _, body, _ = _admin_get(f"{standalone.http_url}/admin/v2/{path}/stats")
+        stats = json.loads(body)
+        leaked = stats["publishers"] or [s for s in stats["subscriptions"].values() if s["consumers"]]
+        if not leaked:
+            break
+        assert time.monotonic() < deadline, f"left behind: {leaked}"
+        time.sleep(0.1)
