@@ -129,15 +129,23 @@ class FrameGenerator:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self._next_request = 1
+        #: Producer ids this connection asked for: most SENDs use one (else the broker closes at once).
+        self._producer_ids: list[int] = []
 
     def structured(self) -> Frame:
         """A well-formed frame of a known command with odd values (possibly invalid UTF-8 strings)."""
         rng = self.rng
         kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+        if kind == T.SEND and not self._producer_ids and rng.random() < 0.9:
+            kind = T.PRODUCER
         cmd = T(type=kind)
         inner = getattr(cmd, inner_field(kind))
         self._fill(inner, depth=0)
         inner.SetInParent()
+        if kind == T.PRODUCER:
+            self._producer_ids.append(inner.producer_id)
+        elif kind == T.SEND and self._producer_ids and rng.random() < 0.9:
+            inner.producer_id = rng.choice(self._producer_ids)
         awaits: int | None = None
         if hasattr(inner, "request_id") and (kind in ANSWERED or (kind == T.ACK and rng.random() < 0.3)):
             inner.request_id = self._next_request
@@ -148,7 +156,7 @@ class FrameGenerator:
         body = cmd.SerializePartialToString()
         if kind == T.SEND:
             return Frame(_frame(body, self._entry()), None, kind)
-        if INVALID_UTF8_MARK.encode() in body:
+        if INVALID_UTF8_MARK.encode() in body and rng.random() < 0.3:
             body = body.replace(INVALID_UTF8_MARK.encode(), BAD_UTF8)
         elif not cmd.IsInitialized():
             awaits = None  # a required field is missing: the frame does not decode as a request
