@@ -169,6 +169,12 @@ class BrokerConfig:
     broker_delete_inactive_topics_max_inactive_duration_seconds: int | None = _setting(
         None, "Seconds a topic must be inactive before deletion (unset: the check frequency)."
     )
+    broker_unload_inactive_topics_seconds: int = _setting(
+        300,
+        "Unload a topic without producers or consumers that has been idle this long (Magnetar's own; 0: never): "
+        "its data and subscriptions stay stored and it loads again on next use. Bounds the broker's memory to "
+        "the topics in use; checked every `brokerDeleteInactiveTopicsFrequencySeconds`.",
+    )
     # -- deduplication
     broker_deduplication_enabled: bool = _setting(
         False, "Deduplicate messages of namespaces and topics that do not decide for themselves."

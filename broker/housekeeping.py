@@ -1,4 +1,5 @@
-"""Periodic policy enforcement: message TTL, backlog quotas, subscription expiration, inactive topics.
+"""Periodic policy enforcement: message TTL, backlog quotas, subscription expiration, inactive topics,
+and unloading idle topics (their in-memory state) so memory follows the topics in use.
 
 Each check walks the loaded topics and applies their effective policies (topic > namespace >
 broker settings). Intervals are Pulsar's settings; every check is bounded and logs, never raises.
@@ -44,6 +45,8 @@ class Housekeeper:
             jobs.append(
                 ("inactive-topics", c.broker_delete_inactive_topics_frequency_seconds, self.delete_inactive_topics)
             )
+        if c.broker_unload_inactive_topics_seconds > 0:
+            jobs.append(("idle-topics", c.broker_delete_inactive_topics_frequency_seconds, self.unload_idle_topics))
         for name, interval, job in jobs:
             self.tasks.spawn(self._every(name, max(interval, 0.1), job), name=name)
 
@@ -112,6 +115,22 @@ class Housekeeper:
                 await self.service.delete_topic(topic.name, force=False)
             except Exception as exc:  # a client may have connected meanwhile
                 log.info("inactive topic %s not deleted: %s", topic.name, exc)
+
+
+    # ------------------------------------------------------------------ idle topics
+    async def unload_idle_topics(self) -> None:
+        """Unload topics with no producer or consumer, idle for ``brokerUnloadInactiveTopicsSeconds``.
+
+        Nothing stored is touched: the next producer, consumer or admin call loads the topic again.
+        """
+        limit = self.service.config.broker_unload_inactive_topics_seconds
+        now = time.monotonic()
+        for topic in self.service.loaded_topics():
+            if topic.closed or topic.has_connected_clients() or now - topic.last_active < limit:
+                continue
+            log.debug("unloading idle topic %s", topic.name)
+            # Shielded: the check's own time limit must not cut a topic's close short.
+            await asyncio.shield(self.service.unload_topic(topic))
 
 
 async def backlog_age_seconds(topic: PersistentTopic) -> float:

@@ -427,3 +427,42 @@ def test_concurrent_requests_for_one_id_leave_no_orphan(standalone: StandalonePr
             break
         assert time.monotonic() < deadline, f"left behind: {leaked}"
         time.sleep(0.1)
+
+
+# ---------------------------------------------------------------- 6: memory under churn
+def _loaded_topic_count(http_url: str) -> int:
+    _, body, _ = _admin_get(f"{http_url}/metrics")
+    lines = body.decode().splitlines()
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in lines if line.startswith("pulsar_topics_count"))
+
+
+def test_idle_topics_are_unloaded_and_load_again(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    broker = StandaloneProcess(
+        tmp_path / "data",
+        {"brokerUnloadInactiveTopicsSeconds": "1", "brokerDeleteInactiveTopicsFrequencySeconds": "0.5"},
+    )
+    broker.start()
+    try:
+        topics = [f"persistent://public/default/idle-{i}" for i in range(20)]
+        for i, topic in enumerate(topics):  # a durable subscription each: never deleted, only unloaded
+            raw = RawClient(broker.port)
+            try:
+                raw.connect()
+                assert raw.create_producer(topic).type == T.PRODUCER_SUCCESS
+                raw.send_message(1, 0, f"kept-{i}".encode())
+                raw.recv_until(T.SEND_RECEIPT)
+                assert raw.subscribe(topic, "s", consumer_id=2, request_id=3).type == T.SUCCESS
+            finally:
+                _reset(raw) if i % 2 else raw.close()
+        deadline = time.monotonic() + 15
+        while _loaded_topic_count(broker.http_url) > 0:
+            assert time.monotonic() < deadline, "idle topics stay loaded"
+            time.sleep(0.2)
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=10, logger=_quiet_logger())
+        try:
+            consumer = client.subscribe(topics[7], "s")
+            assert consumer.receive(timeout_millis=10_000).data() == b"kept-7"
+        finally:
+            client.close()
+    finally:
+        broker.stop()
