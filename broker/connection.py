@@ -33,7 +33,17 @@ from magnetar.broker.topic_list import (
 )
 from magnetar.broker.topic_name import TopicName
 from magnetar.common.tasks import TaskSet
-from magnetar.managed_ledger.api import EARLIEST, LATEST, Position
+from magnetar.ledger.api import LedgerError
+from magnetar.managed_ledger.api import (
+    EARLIEST,
+    LATEST,
+    CursorNotFoundError,
+    ManagedLedgerClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    Position,
+)
+from magnetar.metadata.api import MetadataError as StoreMetadataError
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -234,8 +244,13 @@ class ServerConnection(asyncio.Protocol):
             except BrokerError as exc:
                 self.write(builder(request_id, exc.code, exc.message))
             except Exception as exc:
-                log.exception("request %s from %s failed", request_id, self.peer)
-                self.write(builder(request_id, pb.UnknownError, str(exc)))
+                code = _storage_error_code(exc)
+                if code is None:  # a bug: keep the traceback
+                    log.exception("request %s from %s failed", request_id, self.peer)
+                    code = pb.UnknownError
+                else:  # storage or metadata refused (fenced, closed, timed out): one line, no traceback
+                    log.warning("request %s from %s failed: %s: %s", request_id, self.peer, type(exc).__name__, exc)
+                self.write(builder(request_id, code, str(exc)))
 
         self.tasks.spawn(guarded())
 
@@ -696,6 +711,20 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(
             r.request_id, work(), lambda rid, code, msg: commands.get_or_create_schema_response(rid, None, code, msg)
         )
+
+
+def _storage_error_code(exc: Exception) -> int | None:
+    """Pulsar's error code for a failure of storage or metadata a request can meet in normal operation
+    (the topic fenced or closed under it, a timeout), or None for anything else."""
+    if isinstance(exc, CursorNotFoundError):
+        return pb.SubscriptionNotFound
+    if isinstance(exc, (ManagedLedgerFencedError, ManagedLedgerClosedError, TimeoutError)):
+        return pb.ServiceNotReady
+    if isinstance(exc, (ManagedLedgerError, LedgerError)):
+        return pb.PersistenceError
+    if isinstance(exc, StoreMetadataError):
+        return pb.MetadataError
+    return None
 
 
 def _request_id(cmd: T) -> int:
