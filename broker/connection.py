@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from magnetar.broker.consumer import Consumer
-from magnetar.broker.errors import BrokerError, NotAllowedError
+from magnetar.broker.errors import BrokerError, NotAllowedError, ServiceNotReadyError
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -356,7 +356,8 @@ class ServerConnection(asyncio.Protocol):
                 self._forget_topic_list_watcher(watcher)
                 raise
             if watcher.closed:
-                return  # closed (WATCH_TOPIC_LIST_CLOSE or disconnect) while listing
+                # Closed (WATCH_TOPIC_LIST_CLOSE) while listing: the request is still answered.
+                raise ServiceNotReadyError("Topic list watcher was closed before its list was ready")
             digest = topics_hash(filter_topics(topics, pattern))
             listed = [] if r.HasField("topics_hash") and r.topics_hash == digest else filter_topics(topics, pattern)
             self.write(commands.watch_topic_list_success(r.request_id, r.watcher_id, listed, digest))

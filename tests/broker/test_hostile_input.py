@@ -20,7 +20,7 @@ import zstandard
 from crc32c import crc32c
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
-from magnetar.broker.protocol.frames import entry_meta
+from magnetar.broker.protocol.frames import encode_command, entry_meta
 from tests.conftest import StandaloneProcess, _quiet_logger
 from tests.rawclient import RawClient
 
@@ -466,3 +466,23 @@ def test_idle_topics_are_unloaded_and_load_again(tmp_path) -> None:  # type: ign
             client.close()
     finally:
         broker.stop()
+
+
+def test_watch_topic_list_closed_while_listing_is_still_answered(standalone: StandaloneProcess) -> None:
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        watch = T(type=T.WATCH_TOPIC_LIST)
+        w = watch.watchTopicList
+        w.request_id, w.watcher_id, w.namespace, w.topics_pattern = 2, 1, "public/default", "fz-.*"
+        close = T(type=T.WATCH_TOPIC_LIST_CLOSE)
+        close.watchTopicListClose.request_id, close.watchTopicListClose.watcher_id = 3, 1
+        raw.send_raw(encode_command(watch) + encode_command(close))  # one segment: close before the list is in
+        answered = set()
+        for _ in range(2):
+            reply = raw.recv_until_any({T.SUCCESS, T.ERROR, T.WATCH_TOPIC_LIST_SUCCESS})
+            inner = {T.SUCCESS: reply.success, T.ERROR: reply.error}.get(reply.type, reply.watchTopicListSuccess)
+            answered.add(inner.request_id)
+        assert answered == {2, 3}
+    finally:
+        raw.close()
