@@ -79,7 +79,7 @@ class ManagedLedgerImpl(ManagedLedger):
         self._writer = LedgerWriter(self, self._storage, config)
         # Cursors: durable ones stay here after their instance is closed (they still hold back trimming).
         self._cursors: dict[str, ManagedCursorImpl] = {}
-        self._opening_cursors: dict[str, asyncio.Future[ManagedCursorImpl]] = {}
+        self._opening_cursors: dict[str, asyncio.Task[ManagedCursorImpl]] = {}
         self._waiting: set[ManagedCursorImpl] = set()
         # Housekeeping.
         self._meta_lock = asyncio.Lock()
@@ -458,26 +458,31 @@ class ManagedLedgerImpl(ManagedLedger):
                 self._cursors[name] = existing
             return existing
         pending = self._opening_cursors.get(name)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut: asyncio.Future[ManagedCursorImpl] = self._loop.create_future()
-        self._opening_cursors[name] = fut
-        try:
-            if initial_position is InitialPosition.EARLIEST:
-                md = self.previous_position(self.first_position)
-            else:
-                md = self._last_confirmed
-            cursor = ManagedCursorImpl(self, name, durable=True, mark_delete=md, properties=properties)
-            await cursor.create()
-            self._cursors[name] = cursor
-            fut.set_result(cursor)
-            return cursor
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()
-            raise
-        finally:
+        if pending is None:
+            # One creation per cursor, in a task of its own: a caller that is cancelled (a client
+            # disconnecting) neither cancels it for the others waiting nor cuts its stored write short.
+            pending = self._loop.create_task(self._create_cursor(name, initial_position, properties))
+            self._opening_cursors[name] = pending
+            pending.add_done_callback(lambda task: self._cursor_created(name, task))
+        return await asyncio.shield(pending)
+
+    async def _create_cursor(
+        self, name: str, initial_position: InitialPosition, properties: dict[str, str] | None
+    ) -> ManagedCursorImpl:
+        if initial_position is InitialPosition.EARLIEST:
+            md = self.previous_position(self.first_position)
+        else:
+            md = self._last_confirmed
+        cursor = ManagedCursorImpl(self, name, durable=True, mark_delete=md, properties=properties)
+        await cursor.create()
+        self._cursors[name] = cursor
+        return cursor
+
+    def _cursor_created(self, name: str, task: asyncio.Task[ManagedCursorImpl]) -> None:
+        if self._opening_cursors.get(name) is task:
             del self._opening_cursors[name]
+        if not task.cancelled():
+            task.exception()  # retrieved: the callers get it through the shield
 
     def new_non_durable_cursor(self, name: str, start: Position, *, inclusive: bool = True) -> ManagedCursor:
         self._check_open()
