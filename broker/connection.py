@@ -433,7 +433,8 @@ class ServerConnection(asyncio.Protocol):
                 raise
             if self.closed or producer.closed:
                 topic.remove_producer(producer)
-                return
+                # Closed (CLOSE_PRODUCER) while being created: the request is still answered.
+                raise ServiceNotReadyError("Producer was closed while it was being created")
             last_sequence_id = topic.dedup.last_sequence_id(producer_name)
             self.write(
                 commands.producer_success(r.request_id, producer_name, last_sequence_id, schema_version, epoch)

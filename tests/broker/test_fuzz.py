@@ -6,8 +6,8 @@ and disconnects, sometimes with a reset. Meanwhile the official client keeps pro
 After the run: the broker is alive, no producer or consumer is left behind, data written before the
 run reads back whole, and the broker's log holds no traceback and no destroyed pending task.
 
-Knobs (docs/fuzzing.md): ``MAGNETAR_FUZZ_SECONDS`` (default 20), ``MAGNETAR_FUZZ_CONNECTIONS``
-(default 100000), ``MAGNETAR_FUZZ_SEED`` (default: random, printed on failure).
+Knobs (docs/fuzzing.md): ``FUZZ_SECONDS`` (default 20), ``FUZZ_CONNECTIONS``
+(default 100000), ``FUZZ_SEED`` (default: random, printed on failure).
 """
 
 from __future__ import annotations
@@ -115,10 +115,10 @@ def _leaked_clients(http_url: str) -> list[str]:
 
 
 def test_protocol_fuzz(fresh_standalone: StandaloneProcess) -> None:
-    seed = int(os.environ.get("MAGNETAR_FUZZ_SEED") or random.randrange(2**32))
-    seconds = float(os.environ.get("MAGNETAR_FUZZ_SECONDS", "20"))
-    max_connections = int(os.environ.get("MAGNETAR_FUZZ_CONNECTIONS", "100000"))
-    replay = f"(replay: MAGNETAR_FUZZ_SEED={seed})"
+    seed = int(os.environ.get("FUZZ_SEED") or random.randrange(2**32))
+    seconds = float(os.environ.get("FUZZ_SECONDS", "20"))
+    max_connections = int(os.environ.get("FUZZ_CONNECTIONS", "100000"))
+    replay = f"(replay: FUZZ_SEED={seed})"
     broker = fresh_standalone
     broker.start()
     client = pulsar.Client(broker.service_url, operation_timeout_seconds=10, logger=_quiet_logger())

@@ -492,3 +492,30 @@ def test_watch_topic_list_closed_while_listing_is_still_answered(standalone: Sta
         assert answered == {2, 3}
     finally:
         raw.close()
+
+
+def test_producer_closed_while_being_created_is_still_answered(standalone: StandaloneProcess, topic_name: str) -> None:
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        assert raw.create_producer(topic_name, producer_id=1, request_id=1).type == T.PRODUCER_SUCCESS
+        for i in range(30):  # CLOSE_PRODUCER lands at different points of the exclusive producer's creation
+            producer_id, request_id = 10 + i, 100 + 2 * i
+            close = T(type=T.CLOSE_PRODUCER)
+            close.close_producer.producer_id, close.close_producer.request_id = producer_id, request_id + 1
+            raw.send(_producer_cmd(topic_name, producer_id, request_id, pb.ExclusiveWithFencing))
+            time.sleep((i % 10) * 0.0003)
+            raw.send(close)
+            answered: set[int] = set()
+            deadline = time.monotonic() + 5
+            while answered != {request_id, request_id + 1} and time.monotonic() < deadline:
+                raw.sock.settimeout(max(deadline - time.monotonic(), 0.01))
+                try:
+                    reply = raw.recv_until_any({T.SUCCESS, T.ERROR, T.PRODUCER_SUCCESS})
+                except TimeoutError:
+                    break
+                inner = {T.SUCCESS: reply.success, T.ERROR: reply.error}.get(reply.type, reply.producer_success)
+                answered.add(inner.request_id)
+            assert answered == {request_id, request_id + 1}, f"try {i}: unanswered"
+    finally:
+        raw.close()
