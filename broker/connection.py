@@ -715,7 +715,7 @@ class ServerConnection(asyncio.Protocol):
         )
 
 
-def _storage_error_code(exc: Exception) -> int | None:
+def _storage_error_code(exc: Exception) -> pb.ServerError | None:
     """Pulsar's error code for a failure of storage or metadata a request can meet in normal operation
     (the topic fenced or closed under it, a timeout), or None for anything else."""
     if isinstance(exc, CursorNotFoundError):
@@ -743,7 +743,7 @@ _HOT_COMMANDS = frozenset({T.SEND, T.FLOW, T.ACK, T.PING, T.PONG})
 #: String fields naming a topic, namespace or subscription: invalid UTF-8 there is InvalidTopicName.
 _NAME_FIELDS = frozenset({"topic", "namespace", "subscription", "topics_pattern"})
 #: Requests whose failure is answered by their own response kind rather than ERROR.
-_ERROR_RESPONSES: dict[int, Callable[[int, int, str], bytes]] = {
+_ERROR_RESPONSES: dict[int, Callable[[int, pb.ServerError, str], bytes]] = {
     T.LOOKUP: commands.lookup_error,
     T.PARTITIONED_METADATA: commands.partitioned_metadata_error,
     T.GET_SCHEMA: lambda rid, code, msg: commands.get_schema_response(rid, None, None, code, msg),
