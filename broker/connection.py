@@ -17,7 +17,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from magnetar.broker.consumer import Consumer
-from magnetar.broker.errors import BrokerError, NotAllowedError, ServiceNotReadyError
+from magnetar.broker.errors import (
+    BrokerError,
+    ConsumerBusyError,
+    InvalidTopicNameError,
+    NotAllowedError,
+    ProducerBusyError,
+    ServiceNotReadyError,
+)
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -339,7 +346,7 @@ class ServerConnection(asyncio.Protocol):
         existing = self.topic_list_watchers.get(r.watcher_id)
         if existing is not None:
             if not existing.started:
-                raise BrokerError("Topic list watcher is already present on the connection", pb.ServiceNotReady)
+                raise ServiceNotReadyError("Topic list watcher is already present on the connection")
             current = sorted(existing.matching)
             self.write(commands.watch_topic_list_success(r.request_id, r.watcher_id, current, topics_hash(current)))
             return
@@ -397,7 +404,7 @@ class ServerConnection(asyncio.Protocol):
                         )
                     )
                     return
-                raise BrokerError("Producer id is already used on this connection", pb.ProducerBusy)
+                raise ProducerBusyError("Producer id is already used on this connection")
             name = TopicName.parse(r.topic)
             topic = await self.service.get_topic(name, create=True)
             schema_version = None
@@ -412,7 +419,7 @@ class ServerConnection(asyncio.Protocol):
             producer.access_mode = r.producer_access_mode
             if r.producer_id in self.producers:
                 # Another request for this id registered while this one awaited: one producer per id.
-                raise BrokerError("Producer id is already used on this connection", pb.ProducerBusy)
+                raise ProducerBusyError("Producer id is already used on this connection")
             # Registered before a WaitForExclusive producer is granted, so it can be closed while queued.
             self.producers[r.producer_id] = producer
 
@@ -500,9 +507,9 @@ class ServerConnection(asyncio.Protocol):
                 if existing.subscription.name == r.subscription:
                     self.write(commands.success(r.request_id))
                     return
-                raise BrokerError("Consumer id is already used on this connection", pb.ConsumerBusy)
+                raise ConsumerBusyError("Consumer id is already used on this connection")
             if not r.subscription:
-                raise BrokerError("Empty subscription name", pb.InvalidTopicName)
+                raise InvalidTopicNameError("Empty subscription name")
             name = TopicName.parse(r.topic)
             topic = await self.service.get_topic(name, create=r.force_topic_creation)
             start = r.start_message_id if r.HasField("start_message_id") else None
@@ -527,7 +534,7 @@ class ServerConnection(asyncio.Protocol):
                 return
             if r.consumer_id in self.consumers:
                 # Another request for this id registered while this one awaited: one consumer per id.
-                raise BrokerError("Consumer id is already used on this connection", pb.ConsumerBusy)
+                raise ConsumerBusyError("Consumer id is already used on this connection")
             sub.add_consumer(consumer)
             self.consumers[r.consumer_id] = consumer
             self.write(commands.success(r.request_id))

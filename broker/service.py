@@ -16,6 +16,7 @@ from magnetar.broker.connection import ServerConnection
 from magnetar.broker.errors import (
     BrokerError,
     ConcurrentModificationError,
+    ServiceNotReadyError,
     TopicBusyError,
     TopicExistsError,
     TopicNotFoundError,
@@ -88,7 +89,7 @@ class BrokerService:
             return self.broker_service_url, internal.broker_service_url_tls if internal else None
         listener = self.listeners.advertised.get(listener_name)
         if listener is None:
-            raise BrokerError(f"the broker do not have {listener_name} listener", pb.ServiceNotReady)
+            raise ServiceNotReadyError(f"the broker do not have {listener_name} listener")
         return listener.broker_service_url or "", listener.broker_service_url_tls
 
     @property

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
-from magnetar.broker.errors import BrokerError, ConsumerBusyError, NotAllowedError
+from magnetar.broker.errors import ConsumerBusyError, NotAllowedError
 from magnetar.broker.protocol.frames import parse_metadata
 from magnetar.broker.stats import Meter
 from magnetar.managed_ledger.api import Entry, ManagedCursor, Position
@@ -176,7 +176,7 @@ class Subscription:
         """Delete the subscription; refused while other consumers are connected unless forced."""
         others = [c for c in self.consumers if c is not consumer]
         if others and not force:
-            raise BrokerError("Subscription has active connected consumers", ConsumerBusyError.code)
+            raise ConsumerBusyError("Subscription has active connected consumers")
         for c in list(self.consumers):
             if c is not consumer:
                 c.disconnect()
