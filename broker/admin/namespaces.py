@@ -272,10 +272,18 @@ def _update(request: web.Request, ns: str, mutate: Callable[[Policies], object])
     return policies_of(request).update_namespace(ns, mutate)
 
 
-def _register_scalar(segment: str, attr: str, kind: type, negative_reason: str | None, label: str) -> None:
-    """GET / POST / DELETE of one scalar (int or bool) namespace policy stored in ``Policies.<attr>``."""
+def _register_object(
+    segment: str,
+    attr: str,
+    model: Any,
+    label: str,
+    check: Callable[[web.Request, Policies, Any], None] | None = None,
+    errors: dict[int, str] | None = None,
+) -> None:
+    """GET / POST / DELETE of one namespace policy stored in ``Policies.<attr>``: a pydantic model or a
+    scalar type; ``check`` refuses a value before it is stored."""
     path = f"{_NS}/{segment}"
-    body_type = Int32 if kind is int else bool
+    errors = errors or {400: "Malformed or invalid value", 412: "Conflicts with other policies"}
 
     @routes.get(path, summary=f"Get the namespace's {label}", responses={200: label, 204: "Not set", **_NOT_FOUND})
     async def get_value(request: web.Request) -> web.Response:
@@ -285,15 +293,19 @@ def _register_scalar(segment: str, attr: str, kind: type, negative_reason: str |
     @routes.post(
         path,
         summary=f"Set the namespace's {label}",
-        body=body_type,
-        responses={204: "Set", 400: "Malformed value", 412: "Invalid value", **_NOT_FOUND},
+        body=model,
+        responses={204: "Set", **errors, **_NOT_FOUND},
     )
     async def set_value(request: web.Request) -> web.Response:
         ns = namespace_of(request)
-        value = await json_body(request, body_type)
-        if negative_reason and value < 0:
-            raise precondition_failed(negative_reason)
-        await _update(request, ns, lambda p: setattr(p, attr, value))
+        value = await json_body(request, model)
+
+        def mutate(policies: Policies) -> None:
+            if check is not None:
+                check(request, policies, value)
+            setattr(policies, attr, value)
+
+        await _update(request, ns, mutate)
         return no_content()
 
     @routes.delete(path, summary=f"Remove the namespace's {label}", responses={204: "Removed", **_NOT_FOUND})
@@ -301,6 +313,23 @@ def _register_scalar(segment: str, attr: str, kind: type, negative_reason: str |
         ns = namespace_of(request)
         await _update(request, ns, lambda p: setattr(p, attr, None))
         return no_content()
+
+
+def _register_scalar(segment: str, attr: str, kind: type, negative_reason: str | None, label: str) -> None:
+    """GET / POST / DELETE of one scalar (int or bool) namespace policy stored in ``Policies.<attr>``."""
+
+    def refuse_negative(request: web.Request, policies: Policies, value: Any) -> None:
+        if value < 0:
+            raise precondition_failed(negative_reason or "")
+
+    _register_object(
+        segment,
+        attr,
+        Int32 if kind is int else bool,
+        label,
+        refuse_negative if negative_reason else None,
+        {400: "Malformed value", 412: "Invalid value"},
+    )
 
 
 _SCALARS: list[tuple[str, str, type, str | None, str]] = [
@@ -324,46 +353,6 @@ _SCALARS: list[tuple[str, str, type, str | None, str]] = [
 ]  # fmt: skip
 for _segment, _attr, _kind, _reason, _label in _SCALARS:
     _register_scalar(_segment, _attr, _kind, _reason, _label)
-
-
-def _register_object(
-    segment: str,
-    attr: str,
-    model: type[BaseModel],
-    label: str,
-    check: Callable[[web.Request, Policies, Any], None] | None = None,
-) -> None:
-    """GET / POST / DELETE of one structured namespace policy stored in ``Policies.<attr>``."""
-    path = f"{_NS}/{segment}"
-
-    @routes.get(path, summary=f"Get the namespace's {label}", responses={200: label, 204: "Not set", **_NOT_FOUND})
-    async def get_value(request: web.Request) -> web.Response:
-        ns = namespace_of(request)
-        return optional_json(getattr(await existing_policies(request, ns), attr))
-
-    @routes.post(
-        path,
-        summary=f"Set the namespace's {label}",
-        body=model,
-        responses={204: "Set", 400: "Malformed or invalid value", 412: "Conflicts with other policies", **_NOT_FOUND},
-    )
-    async def set_value(request: web.Request) -> web.Response:
-        ns = namespace_of(request)
-        value = await json_body(request, model)
-
-        def mutate(policies: Policies) -> None:
-            if check is not None:
-                check(request, policies, value)
-            setattr(policies, attr, value)
-
-        await _update(request, ns, mutate)
-        return no_content()
-
-    @routes.delete(path, summary=f"Remove the namespace's {label}", responses={204: "Removed", **_NOT_FOUND})
-    async def remove_value(request: web.Request) -> web.Response:
-        ns = namespace_of(request)
-        await _update(request, ns, lambda p: setattr(p, attr, None))
-        return no_content()
 
 
 def _check_retention(request: web.Request, policies: Policies, retention: RetentionPolicies) -> None:
