@@ -114,9 +114,22 @@ class AdminClient:
     async def grow_partitions(self, topic: str, partitions: int) -> None:
         await self.request("POST", f"{_topic(topic)}/partitions", partitions)
 
-    async def delete_topic(self, topic: str, partitioned: bool) -> None:
+    async def delete_topic(self, topic: str, partitioned: bool, force: bool = False) -> None:
+        """Delete a topic; without ``force`` Pulsar refuses (412) while clients are connected."""
         suffix = "/partitions" if partitioned else ""
-        await self.request("DELETE", f"{_topic(topic)}{suffix}", params={"force": "true"})
+        await self.request("DELETE", f"{_topic(topic)}{suffix}", params={"force": str(force).lower()})
+
+    async def topic_usage(self, topic: str, partitioned: bool) -> str:
+        """Why a topic is in use (connected producers, consumers, unconsumed backlog), ``""`` when idle."""
+        stats = await self.request("GET", f"{_topic(topic)}/{'partitioned-stats' if partitioned else 'stats'}")
+        stats = stats or {}
+        producers = len(stats.get("publishers") or [])
+        subs = stats.get("subscriptions") or {}
+        consumers = sum(len(sub.get("consumers") or []) for sub in subs.values())
+        backlog = sum(int(sub.get("msgBacklog") or 0) for sub in subs.values())
+        parts = [f"{n} {what}" for n, what in ((producers, "producers"), (consumers, "consumers"),
+                                               (backlog, "messages of backlog")) if n]  # fmt: skip
+        return ", ".join(parts)
 
     async def topic_policy(self, topic: str, method: str, segment: str, body: Any = None,
                            params: dict[str, str] | None = None) -> Any:  # fmt: skip

@@ -32,6 +32,13 @@ class OperatorConfig:
     #: how a clusterRef becomes an admin URL (``{name}``, ``{namespace}``); until the MagnetarCluster
     #: kind exists this convention is the whole resolution
     cluster_url_template: str = DEFAULT_CLUSTER_URL_TEMPLATE
+    #: seconds a deletion waits on an unreachable cluster, unreadable credentials or a failing admin API
+    #: before the resource is released and its Pulsar object orphaned (Event ``Orphaned``); 0 = forever
+    delete_timeout: float = 300.0
+    #: whether resources may name an admin URL inline (``connection.adminUrl``); off = only ``clusterRef``
+    allow_inline_admin_url: bool = True
+    #: URL prefixes an inline ``connection.adminUrl`` must start with (empty: any URL, when allowed)
+    admin_url_allowlist: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -41,7 +48,20 @@ class OperatorConfig:
             backoff_cap=_float("MAGNETAR_OPERATOR_BACKOFF_CAP", cls.backoff_cap),
             cluster_url_template=os.environ.get("MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE")
             or DEFAULT_CLUSTER_URL_TEMPLATE,
+            delete_timeout=_float("MAGNETAR_OPERATOR_DELETE_TIMEOUT", cls.delete_timeout),
+            allow_inline_admin_url=is_true(os.environ.get("MAGNETAR_OPERATOR_ALLOW_INLINE_ADMIN_URL", "true")),
+            admin_url_allowlist=tuple(
+                u.strip() for u in os.environ.get("MAGNETAR_OPERATOR_ADMIN_URL_ALLOWLIST", "").split(",") if u.strip()
+            ),
         )
+
+    def inline_url_refusal(self, url: str) -> str | None:
+        """Why an inline ``connection.adminUrl`` may not be used (multi-tenant clusters), else ``None``."""
+        if not self.allow_inline_admin_url:
+            return "inline connection.adminUrl is disabled by the operator's configuration: use clusterRef"
+        if self.admin_url_allowlist and not any(url.startswith(p) for p in self.admin_url_allowlist):
+            return f"connection.adminUrl {url} is not in the operator's allow-list"
+        return None
 
     def cluster_url(self, namespace: str, name: str) -> str:
         return self.cluster_url_template.format(name=name, namespace=namespace).rstrip("/")

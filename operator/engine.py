@@ -51,6 +51,8 @@ class Resource:
     status: dict[str, Any] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     deleting: bool = False
+    #: ``metadata.deletionTimestamp`` (bounds how long a deletion may wait on an unreachable cluster)
+    deleted_at: str = ""
 
     @classmethod
     def from_body(cls, kind: str, body: Any) -> Resource:
@@ -66,6 +68,7 @@ class Resource:
             status=dict(body.get("status") or {}),
             annotations=dict(meta.get("annotations") or {}),
             deleting=bool(meta.get("deletionTimestamp")),
+            deleted_at=meta.get("deletionTimestamp") or "",
         )
 
     @property
@@ -81,6 +84,10 @@ class CredentialsMissing(Exception):
     """The credentials Secret (or its key) of a connection does not exist."""
 
 
+class CredentialsUnreadable(Exception):
+    """The credentials Secret could not be read (e.g. 403: the operator may not read it, or the API failed)."""
+
+
 class Environment(Protocol):
     """What the engine needs from Kubernetes (implemented over kopf, or faked in tests)."""
 
@@ -91,7 +98,8 @@ class Environment(Protocol):
 
     def retention_policy(self, namespace: str, name: str) -> RetentionPolicySpec | None: ...
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None: ...
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """A Secret's value, ``None`` when it or the key does not exist; raises :class:`CredentialsUnreadable`."""
 
     def event(self, resource: Resource, type_: str, reason: str, message: str) -> None: ...
 
@@ -130,7 +138,7 @@ def make_claim(kind: str, body: Any, config: OperatorConfig) -> tuple[Claim, dic
         return None
     url = target_url(config, res.namespace, spec)
     pulsar = pulsar_name(kind, spec, res.name)
-    claim = Claim(kind, res.namespace, res.name, res.uid, res.created, pulsar, url, body)
+    claim = Claim(kind, res.namespace, res.name, res.uid, res.created, pulsar, url, body, res.deleting)
     keys = claim_keys(kind, url, spec, pulsar)
     ref = getattr(spec, "retentionPolicyRef", None)
     if ref is not None:
@@ -177,6 +185,9 @@ class Engine:
             return Outcome("paused", rc.PAUSED, f"paused by annotation {PAUSE_ANNOTATION}", base)
         if not url:
             return rc.stalled("InvalidSpec", "neither clusterRef nor connection is set", **base)
+        refusal = self._refusal(spec, url)
+        if refusal:
+            return rc.stalled(rc.CONNECTION_NOT_ALLOWED, refusal, **base)
         owner = rc.conflict(self.env.claims((res.kind, url, pulsar)), res.uid)
         if owner is not None:
             return rc.stalled(rc.RESOURCE_CONFLICT, f"{pulsar} is already managed by {owner.ref}", **base)
@@ -191,15 +202,27 @@ class Engine:
                     outcome = await self._topic(client, res, spec, pulsar)
         except CredentialsMissing as exc:
             outcome = rc.waiting(rc.CREDENTIALS_MISSING, str(exc))
+        except CredentialsUnreadable as exc:
+            outcome = rc.waiting(rc.CREDENTIALS_UNREADABLE, str(exc))
         except AdminConnectionError as exc:
             outcome = rc.waiting(rc.CLUSTER_UNREACHABLE, f"admin API not reachable: {exc}")
         except AdminError as exc:
-            if exc.transient:
+            if exc.status in (401, 403):
+                # A token being rotated, or roles being granted: retried with backoff, and at once when the
+                # referenced Secret changes.
+                outcome = rc.waiting(rc.UNAUTHORIZED, f"admin API refused the operator's credentials: {exc}")
+            elif exc.transient:
                 outcome = rc.waiting(rc.ADMIN_API_ERROR, str(exc))
             else:
                 outcome = rc.stalled(rc.ADMIN_API_REJECTED, str(exc))
         outcome.status = {**base, **outcome.status}
         return outcome
+
+    def _refusal(self, spec: TargetSpec, url: str) -> str | None:
+        """Why an inline admin URL may not be called (see :meth:`OperatorConfig.inline_url_refusal`)."""
+        if spec.clusterRef is None and spec.connection is not None:
+            return self.env.config.inline_url_refusal(url)
+        return None
 
     def _shared(self, res: Resource, spec: TopicNamespaceSpec | TopicSpec) -> RetentionFields | Outcome | None:
         if spec.retentionPolicyRef is None:
@@ -342,7 +365,13 @@ class Engine:
             return rc.ok(f"deletionPolicy Retain: {pulsar} left in place")
         if res.paused:
             return rc.ok(f"paused: {pulsar} left in place")
-        if not url or rc.conflict(self.env.claims((res.kind, url, pulsar)), res.uid) is not None:
+        if not url or self._refusal(spec, url):
+            return rc.ok(f"{pulsar} is not managed by this resource: left in place")
+        owner = rc.conflict(self.env.claims((res.kind, url, pulsar)), res.uid)
+        if owner is not None:
+            if not owner.deleting:
+                # A rename (new resource, old one pruned) or a second claimer: the object stays theirs.
+                return Outcome("ok", rc.HANDED_OVER, f"{pulsar} is kept: it is claimed by {owner.ref}")
             return rc.ok(f"{pulsar} is not managed by this resource: left in place")
         children_key = {"Tenant": "Tenant-children", "TopicNamespace": "TopicNamespace-children"}.get(res.kind)
         if children_key:
@@ -359,30 +388,54 @@ class Engine:
                     await client.delete_namespace(pulsar, force=force)
                 else:
                     partitioned = await client.topic_partitions(pulsar) > 0
-                    await client.delete_topic(pulsar, partitioned)
+                    if not force:
+                        usage = await client.topic_usage(pulsar, partitioned)
+                        if usage:
+                            return rc.waiting(
+                                rc.TOPIC_IN_USE,
+                                f"{pulsar} is in use ({usage}): deleted once idle, or annotate "
+                                f"{FORCE_DELETE_ANNOTATION}=true to delete it now",
+                            )
+                    await client.delete_topic(pulsar, partitioned, force=force)
         except AdminError as exc:
             if exc.status == 404:
                 return rc.ok(f"{pulsar} already gone")
             if exc.status in (409, 412):
-                # Not empty (topics or namespaces nobody here manages, or retained ones): wait for someone
-                # to clean up, or for the force-delete annotation.
+                # Not empty or in use (topics nobody here manages, retained ones, clients that connected
+                # meanwhile): wait for someone to clean up, or for the force-delete annotation.
                 return rc.waiting(
                     rc.DEPENDENTS_EXIST,
-                    f"{pulsar} is not empty ({exc.reason}); delete its contents or annotate "
+                    f"{pulsar} is not empty or in use ({exc.reason}); delete its contents or annotate "
                     f"{FORCE_DELETE_ANNOTATION}=true",
                 )
-            return rc.waiting(rc.ADMIN_API_ERROR, str(exc))
+            reason = rc.UNAUTHORIZED if exc.status in (401, 403) else rc.ADMIN_API_ERROR
+            return self._bounded(res, pulsar, rc.waiting(reason, str(exc)))
         except AdminConnectionError as exc:
             if "applied" not in res.status:
                 # Never reached Pulsar: there is nothing of ours to delete.
                 return rc.ok(f"{pulsar} was never created: nothing to delete")
-            return rc.waiting(
-                rc.CLUSTER_UNREACHABLE,
-                f"admin API not reachable: {exc}; set deletionPolicy: Retain to release the resource",
-            )
+            return self._bounded(res, pulsar, rc.waiting(rc.CLUSTER_UNREACHABLE, f"admin API not reachable: {exc}"))
         except CredentialsMissing as exc:
-            return rc.waiting(rc.CREDENTIALS_MISSING, str(exc))
+            return self._bounded(res, pulsar, rc.waiting(rc.CREDENTIALS_MISSING, str(exc)))
+        except CredentialsUnreadable as exc:
+            return self._bounded(res, pulsar, rc.waiting(rc.CREDENTIALS_UNREADABLE, str(exc)))
         return rc.ok(f"deleted {pulsar}")
+
+    def _bounded(self, res: Resource, pulsar: str, outcome: Outcome) -> Outcome:
+        """A deletion that cannot reach Pulsar waits at most ``delete_timeout`` seconds after the deletion
+        request, then releases the resource and orphans the Pulsar object (finalizers never deadlock)."""
+        limit = self.env.config.delete_timeout
+        waited = rc.seconds_since(res.deleted_at)
+        if limit > 0 and waited is not None and waited >= limit:
+            return Outcome(
+                "ok", rc.ORPHANED,
+                f"{pulsar} orphaned: not deleted after {waited:.0f}s ({outcome.reason}: {outcome.message}); "
+                "delete it by hand if it must go",
+            )  # fmt: skip
+        outcome.message += (
+            f"; the resource is released (object orphaned) {limit:.0f}s after the deletion request" if limit > 0 else ""
+        )
+        return outcome
 
     # ------------------------------------------------------------------------------------------ retention
     async def propagate(self, namespace: str, name: str, policy: RetentionPolicySpec | None) -> Outcome:

@@ -18,12 +18,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import kopf
 
 from magnetar.operator import reconcile as rc
 from magnetar.operator.admin import AdminClient
 from magnetar.operator.config import FINALIZER, GROUP, VERSION, OperatorConfig
-from magnetar.operator.engine import Engine, Resource, events_for, make_claim
+from magnetar.operator.engine import CredentialsUnreadable, Engine, Resource, events_for, make_claim
 from magnetar.operator.kube import KubeClient, KubeError
 from magnetar.operator.reconcile import Claim, Outcome
 from magnetar.operator.specs import RetentionPolicySpec
@@ -78,7 +79,12 @@ class KopfEnvironment:
         return None
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        return await self.kube.secret_value(namespace, name, key)
+        try:
+            return await self.kube.secret_value(namespace, name, key)
+        except KubeError as exc:  # e.g. 403: RBAC does not let the operator read it; status, not a crash
+            raise CredentialsUnreadable(f"Secret {namespace}/{name} cannot be read: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise CredentialsUnreadable(f"Secret {namespace}/{name} cannot be read: {exc!r}") from exc
 
     def event(self, resource: Resource, type_: str, reason: str, message: str) -> None:
         body = {
@@ -231,7 +237,11 @@ def _register(kind: str, plural: str) -> None:
         if outcome.severity != "ok":
             _write(res, outcome, "delete", patch)
             raise kopf.TemporaryError(f"{outcome.reason}: {outcome.message}", delay=_retry_delay(retry))
-        ENV.event(res, "Normal", rc.DELETING, outcome.message)
+        if outcome.reason == rc.ORPHANED:
+            # Released without deleting the Pulsar object: say so where `kubectl describe` shows it.
+            _write(res, rc.stalled(rc.ORPHANED, outcome.message), "delete", patch)
+        else:
+            ENV.event(res, "Normal", rc.DELETING if outcome.reason == rc.SYNCED else outcome.reason, outcome.message)
         ENV.forget(res.uid)
 
     for decorator in (kopf.on.resume, kopf.on.create, kopf.on.update):

@@ -28,6 +28,12 @@ ADMIN_API_REJECTED = "AdminApiRejected"
 ADMIN_API_ERROR = "AdminApiError"
 DEPENDENTS_EXIST = "DependentsExist"
 DELETING = "Deleting"
+TOPIC_IN_USE = "TopicInUse"
+ORPHANED = "Orphaned"
+HANDED_OVER = "HandedOver"
+CREDENTIALS_UNREADABLE = "CredentialsUnreadable"
+UNAUTHORIZED = "Unauthorized"
+CONNECTION_NOT_ALLOWED = "ConnectionNotAllowed"
 
 Severity = Literal["ok", "transient", "permanent", "paused"]
 
@@ -62,6 +68,17 @@ def waiting(reason: str, message: str, **status: Any) -> Outcome:
 
 def stalled(reason: str, message: str, **status: Any) -> Outcome:
     return Outcome("permanent", reason, message, dict(status))
+
+
+def seconds_since(timestamp: str, now: datetime.datetime | None = None) -> float | None:
+    """Seconds since a Kubernetes timestamp (``2026-01-01T00:00:00Z``); ``None`` if it cannot be read."""
+    try:
+        then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=datetime.UTC)
+    return ((now or datetime.datetime.now(datetime.UTC)) - then).total_seconds()
 
 
 # ---------------------------------------------------------------------------------------------- conditions
@@ -163,6 +180,8 @@ class Claim:
     target: str
     #: the claimer's spec (RetentionPolicy propagation reconciles referencing resources with it)
     body: Any = None
+    #: the claimer is being deleted (has a deletionTimestamp)
+    deleting: bool = False
 
     @property
     def ref(self) -> str:
@@ -170,10 +189,12 @@ class Claim:
 
 
 def owner(claims: list[Claim]) -> Claim | None:
-    """The resource that owns a contested Pulsar object: the oldest, ties broken by namespace/name."""
+    """The resource that owns a contested Pulsar object: the oldest one not being deleted (a resource being
+    deleted hands the object over to a live claimer: a rename in Git keeps the object), ties broken by
+    namespace/name."""
     if not claims:
         return None
-    return min(claims, key=lambda c: (c.created or "", c.namespace, c.name, c.uid))
+    return min(claims, key=lambda c: (c.deleting, c.created or "", c.namespace, c.name, c.uid))
 
 
 def conflict(claims: list[Claim], uid: str) -> Claim | None:

@@ -29,7 +29,7 @@ class FakeEnv:
         self.config = OperatorConfig(cluster_url_template=url)
         self.resources: list[Resource] = []
         self.policies: dict[tuple[str, str], RetentionPolicySpec] = {}
-        self.secrets: dict[tuple[str, str, str], str] = {}
+        self.secrets: dict[tuple[str, str, str], str | Exception] = {}
         self.events: list[tuple[str, str, str]] = []
         self._admins: dict[tuple[str, str | None], AdminClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -38,7 +38,8 @@ class FakeEnv:
         found = []
         for res in self.resources:
             body = {"metadata": {"namespace": res.namespace, "name": res.name, "uid": res.uid,
-                                 "creationTimestamp": res.created}, "spec": res.spec}  # fmt: skip
+                                 "creationTimestamp": res.created,
+                                 "deletionTimestamp": res.deleted_at or None}, "spec": res.spec}  # fmt: skip
             made = make_claim(res.kind, body, self.config)
             if made and key in made[1].values():
                 found.append(made[0])
@@ -48,7 +49,10 @@ class FakeEnv:
         return self.policies.get((namespace, name))
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        return self.secrets.get((namespace, name, key))
+        value = self.secrets.get((namespace, name, key))
+        if isinstance(value, Exception):
+            raise value
+        return value
 
     def event(self, resource: Resource, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))
