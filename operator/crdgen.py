@@ -113,6 +113,12 @@ TARGET_RULES = [
         "(!has(self.clusterRef) || self.clusterRef.name == oldSelf.clusterRef.name)",
         "clusterRef is immutable (and a resource cannot switch between clusterRef and connection)",
     ),
+    # Moving a resource to another cluster would orphan its object there and take over one here: create a
+    # new resource instead (the same rule as clusterRef).
+    _rule(
+        "!has(self.connection) || !has(oldSelf.connection) || self.connection.adminUrl == oldSelf.connection.adminUrl",
+        "connection.adminUrl is immutable: create a new resource to move it to another cluster",
+    ),
 ]
 
 

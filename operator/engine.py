@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -438,8 +438,12 @@ class Engine:
         return outcome
 
     # ------------------------------------------------------------------------------------------ retention
-    async def propagate(self, namespace: str, name: str, policy: RetentionPolicySpec | None) -> Outcome:
-        """Apply a (changed) RetentionPolicy to every resource referencing it now."""
+    async def propagate(
+        self, namespace: str, name: str, policy: RetentionPolicySpec | None,
+        report: Callable[[Resource, Outcome], Awaitable[None]] | None = None,
+    ) -> Outcome:  # fmt: skip
+        """Apply a (changed or deleted) RetentionPolicy to every resource referencing it now; ``report``
+        receives each user's outcome (to write its status at once)."""
         users = self.env.claims(("RetentionPolicy-users", namespace, name))
         applied = 0
         transient = False
@@ -449,6 +453,8 @@ class Engine:
             if res.deleting:
                 continue
             outcome = await self.reconcile(res, trigger="policy")
+            if report is not None:
+                await report(res, outcome)
             if outcome.ready or outcome.severity == "paused":
                 applied += outcome.ready
             else:

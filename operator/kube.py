@@ -48,13 +48,15 @@ class KubeClient:
             context.load_cert_chain(str(info.certificate_path), str(info.private_key_path))
         return context
 
-    async def request(self, method: str, path: str, body: Any = None) -> Any:
+    async def request(self, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
         info = self._info
         if info is None:
             raise KubeError(0, "not logged in to Kubernetes yet")
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
         headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
         if info.token:
             headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
         auth = aiohttp.BasicAuth(info.username, info.password or "") if info.username else None
@@ -80,6 +82,12 @@ class KubeClient:
             plain = (secret.get("stringData") or {}).get(key)
             return str(plain) if plain is not None else None
         return base64.b64decode(raw).decode()
+
+    async def patch_status(self, group_version: str, plural: str, namespace: str, name: str,
+                           status: dict[str, Any]) -> None:  # fmt: skip
+        """Merge-patch a custom resource's ``status`` subresource."""
+        path = f"/apis/{group_version}/namespaces/{namespace}/{plural}/{name}/status"
+        await self.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
 
     async def ensure_cluster_peering(self, name: str) -> None:
         """Create the ClusterKopfPeering object replicas coordinate through (kopf does not create it)."""

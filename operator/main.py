@@ -55,6 +55,8 @@ class KopfEnvironment:
         self._admins: dict[tuple[str, str | None], AdminClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.peering_ready = False
+        #: RetentionPolicies seen deleted (kopf's index may still hold them while their delete handler runs)
+        self.deleted_policies: set[tuple[str, str]] = set()
 
     def bind(self, kwargs: dict[str, Any]) -> None:
         """Remember kopf's live indexes (passed to every handler as keyword arguments)."""
@@ -71,6 +73,8 @@ class KopfEnvironment:
         return found
 
     def retention_policy(self, namespace: str, name: str) -> RetentionPolicySpec | None:
+        if (namespace, name) in self.deleted_policies:
+            return None
         index = self.indexes.get("retention_index")
         if index is None or (namespace, name) not in index:
             return None
@@ -266,9 +270,10 @@ async def apply_retention_policy(
     """Push the policy to every TopicNamespace and Topic referencing it (their own status follows on their
     next pass)."""
     ENV.bind(kwargs)
+    ENV.deleted_policies.discard((_namespace(namespace), name))
     res = Resource.from_body("RetentionPolicy", _plain(body))
     policy = RetentionPolicySpec.model_validate(_plain(spec))
-    outcome = await ENGINE.propagate(_namespace(namespace), name, policy)
+    outcome = await ENGINE.propagate(_namespace(namespace), name, policy, _report)
     _write(res, outcome, "policy", patch)
     if outcome.severity == "transient":
         raise kopf.TemporaryError(outcome.message, delay=_retry_delay(retry))
@@ -283,3 +288,24 @@ async def retention_policy_usage(
     users = len(ENV.claims(("RetentionPolicy-users", _namespace(namespace), name)))
     if (body.get("status") or {}).get("referencedBy") != users:
         patch.status["referencedBy"] = users
+
+
+async def _report(res: Resource, outcome: Outcome) -> None:
+    """Write a RetentionPolicy user's status and Events at once (its own handlers run only on its changes)."""
+    for type_, reason, message in events_for(res.status, outcome, "policy"):
+        ENV.event(res, type_, reason, message)
+    patch = rc.status_patch(res.status, outcome, res.generation)
+    if patch:
+        try:
+            await ENV.kube.patch_status(f"{GROUP}/{VERSION}", PLURALS[res.kind], res.namespace, res.name, patch)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("%s: status not written: %s", res.ref, exc)
+
+
+@kopf.on.delete(GROUP, VERSION, "retentionpolicies", id="RetentionPolicy-gone", optional=True)
+async def retention_policy_deleted(namespace: str | None, name: str, **kwargs: Any) -> None:
+    """A deleted policy: its users report ``RetentionPolicyMissing`` at once (no finalizer: policies never
+    strand in Terminating; the Pulsar policies they set stay as they are)."""
+    ENV.bind(kwargs)
+    ENV.deleted_policies.add((_namespace(namespace), name))
+    await ENGINE.propagate(_namespace(namespace), name, None, _report)

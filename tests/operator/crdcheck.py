@@ -64,7 +64,11 @@ def _cel_errors(schema: dict[str, Any], new: Any, old: Any, path: str, out: list
 
 def validate(obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
     """Reasons the API server would reject ``obj`` (an update of ``old`` when given); empty = accepted."""
-    schema = schemas()[obj["kind"]]
+    return check(schemas()[obj["kind"]], obj, old)
+
+
+def check(schema: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+    """Reasons ``obj`` breaks ``schema`` (an openAPIV3Schema) and its CEL rules; empty = accepted."""
     errors = [
         f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
         for e in jsonschema.Draft7Validator(schema).iter_errors(obj)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import datetime
 import json
@@ -43,6 +44,8 @@ from typing import Any
 
 import aiohttp.web
 import kmock
+
+from tests.operator.admission import Admission, AdmissionError
 
 _NAME_RE = r"[^/]+"
 
@@ -219,6 +222,10 @@ class _Event:
     obj: dict[str, Any]
 
 
+_VALIDATION: contextvars.ContextVar[str] = contextvars.ContextVar("field_validation", default="")
+_WARNINGS: contextvars.ContextVar[list[str]] = contextvars.ContextVar("warnings")
+
+
 class KubeEmulator(kmock.KubernetesScaffold):
     """kmock's scaffold with the object store, discovery and semantics described in the module docstring."""
 
@@ -229,14 +236,20 @@ class KubeEmulator(kmock.KubernetesScaffold):
         self.history: list[_Event] = []
         self.rv = 100
         self.changed = asyncio.Condition()
+        #: CRD admission (schema, defaults, pruning, CEL) and OpenAPI documents: tests/operator/admission.py
+        self.admission = Admission()
+        #: (plural, namespace, name) that reads answer 403 for, as RBAC would (set by tests)
+        self.forbidden: set[tuple[str, str, str]] = set()
         for rtype in CORE:
             self.add_type(rtype)
 
     # ------------------------------------------------------------------------------------------ registry
     def add_type(self, rtype: ResourceType) -> None:
         self.types[(rtype.group, rtype.version, rtype.plural)] = rtype
+        self.admission.add_type(rtype.group, rtype.version, rtype.kind, rtype.plural, rtype.namespaced)
 
     def register_crd(self, crd: dict[str, Any]) -> None:
+        self.admission.register(crd)
         spec = crd["spec"]
         names = spec["names"]
         for version in spec["versions"]:
@@ -300,8 +313,14 @@ class KubeEmulator(kmock.KubernetesScaffold):
         if path == "/version":
             return aiohttp.web.json_response({"major": "1", "minor": "32", "gitVersion": "v1.32.0-magnetar-emulator",
                                               "platform": "linux/amd64"})  # fmt: skip
+        if path == "/openapi/v3":
+            return aiohttp.web.json_response(self.admission.openapi_root())
+        m = re.fullmatch(r"/openapi/v3/(?:apis/([^/]+)|api)/([^/]+)", path)
+        doc = self.admission.openapi_group(m.group(1) or "", m.group(2)) if m else None
+        if doc is not None:
+            return aiohttp.web.json_response(doc)
         if path.startswith("/openapi"):
-            raise ApiError(404, "NotFound", "the emulator serves no OpenAPI documents (use --validate=false)")
+            raise ApiError(404, "NotFound", f"no OpenAPI document at {path} (v3 only)")
         m = re.fullmatch(r"/api/(v1)|/apis/([^/]+)/([^/]+)", path)
         if m and method == "GET":
             group, version = ("", "v1") if m.group(1) else (m.group(2), m.group(3))
@@ -317,6 +336,23 @@ class KubeEmulator(kmock.KubernetesScaffold):
             return None
         rtype, namespace, name, sub = parsed
         query = raw.query
+        if method == "GET" and name is not None and (rtype.plural, namespace, name) in self.forbidden:
+            raise ApiError(403, "Forbidden", f'{rtype.plural} "{name}" is forbidden: User cannot get resource '
+                           f'"{rtype.plural}" in API group "{rtype.group}" in the namespace "{namespace}"')  # fmt: skip
+        _VALIDATION.set(query.get("fieldValidation", ""))
+        _WARNINGS.set([])
+        try:
+            response = await self._dispatch(raw, rtype, namespace, name, sub, method, path, query, body=None,
+                                            request=request)  # fmt: skip
+        except AdmissionError as exc:
+            return aiohttp.web.json_response(exc.status(), status=422)
+        for warning in _WARNINGS.get():
+            response.headers.add("Warning", f'299 - "{warning}"')
+        return response
+
+    async def _dispatch(self, raw: aiohttp.web.BaseRequest, rtype: ResourceType, namespace: str, name: str | None,
+                        sub: str | None, method: str, path: str, query: Any, body: Any,
+                        request: kmock.Request) -> aiohttp.web.StreamResponse:  # fmt: skip
         body = request.data if request.body else None
         if method == "GET" and name is None:
             if query.get("watch") in ("true", "1"):
@@ -456,6 +492,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
             data = obj.setdefault("data", {})
             for k, v in obj.pop("stringData").items():
                 data[k] = base64.b64encode(str(v).encode()).decode()
+        obj = self._admit(rtype, obj, None)
         self._bump(obj)
         self.store[key] = obj
         if rtype.plural == "customresourcedefinitions":
@@ -480,6 +517,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
         for fixed in ("uid", "creationTimestamp", "name", "namespace", "deletionTimestamp"):
             if fixed in old_meta:
                 meta[fixed] = old_meta[fixed]
+        new = self._admit(rtype, new, old)
         body_of = lambda o: {k: v for k, v in o.items() if k not in ("metadata", "status")}  # noqa: E731
         meta["generation"] = int(old_meta.get("generation", 1)) + (body_of(new) != body_of(old))
         if new == old:
@@ -492,6 +530,13 @@ class KubeEmulator(kmock.KubernetesScaffold):
         else:
             await self._emit(rtype, "MODIFIED", new)
         return new
+
+    def _admit(self, rtype: ResourceType, new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+        """CRD admission of a write (raises AdmissionError: 422), warnings kept for the response."""
+        admitted, warnings = self.admission.admit(rtype.group, rtype.version, rtype.plural, new, old,
+                                                  _VALIDATION.get())  # fmt: skip
+        _WARNINGS.get().extend(warnings)
+        return admitted
 
     async def _replace(self, rtype: ResourceType, namespace: str, name: str, sub: str | None,
                        body: Any) -> dict[str, Any]:  # fmt: skip

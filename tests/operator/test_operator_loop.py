@@ -6,11 +6,12 @@ The tests share one broker, one emulator and one operator process and run in fil
 builds on the previous state). The operator runs with a 1.5 s drift interval and a 2 s backoff cap so the
 module stays well under a minute.
 
-What the emulator does not do, so these tests do not cover it: CEL rules and schema validation on
-admission (``tests/operator/test_crds.py`` covers those offline; here an invalid change such as a
-partition decrease reaches the operator, which is how ``NotSupported`` is exercised), defaulting and
-pruning, authentication/RBAC, server-side apply, ownerReference garbage collection, namespace deletion
-cascades, watch bookmarks and history compaction (410 Gone), Table output for ``kubectl get``.
+The emulator admits like an API server (:mod:`tests.operator.admission`: schema, CEL rules, pruning,
+OpenAPI v3 for kubectl's validation), so ``kubectl apply`` runs without ``--validate=false`` and an
+invalid change such as a partition decrease is refused with the server's message. What it does not do,
+so these tests do not cover it: authentication/RBAC (a 403 on a Secret is injected by the test),
+ownerReference garbage collection, namespace deletion cascades, watch bookmarks and history compaction
+(410 Gone), Table output for ``kubectl get``.
 ``clusterRef`` resolves through ``MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE`` (pointed at the broker).
 """
 
@@ -49,11 +50,12 @@ class Cluster:
         self.env = env
         self.log = log
 
-    def kubectl(self, *args: str, check: bool = True) -> str:
+    def kubectl(self, *args: str, check: bool = True, stderr: bool = False) -> str:
+        """kubectl's output (with ``stderr``: stdout and stderr, for refusals)."""
         result = subprocess.run([KUBECTL, *args], env=self.env, capture_output=True, text=True, timeout=60)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
-        return result.stdout
+        return result.stdout + (result.stderr if stderr else "")
 
     def obj(self, plural: str, name: str) -> dict[str, Any] | None:
         assert self.emu.emulator is not None
@@ -130,7 +132,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     log = tmp / "operator.log"
     cluster = Cluster(emu, broker, env, log)
     # CRDs first, through the API: kopf discovers resources once, at start.
-    cluster.kubectl("apply", "--validate=false", "-f", str(ROOT / "crds"))
+    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],
@@ -150,7 +152,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def test_samples_are_applied_and_the_topic_takes_messages(cluster: Cluster) -> None:
-    out = cluster.kubectl("apply", "--validate=false", "-f", str(ROOT / "manifests" / "samples"))
+    out = cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "samples"))
     assert "topic.magnetar.io/orders-events created" in out
     cluster.wait_ready("tenants", "acme")
     cluster.wait_ready("topicnamespaces", "acme-orders")
@@ -246,12 +248,17 @@ def test_pause_annotation_stops_reconciliation(cluster: Cluster) -> None:
 def test_partitions_grow_but_never_shrink(cluster: Cluster) -> None:
     cluster.kubectl("patch", "topic", "orders-events", "--type", "merge", "-p", '{"spec":{"partitions":4}}')
     cluster.wait(lambda: cluster.admin("GET", "persistent/acme/orders/events/partitions") == {"partitions": 4}, "4")
-    # The API server's CEL rule (self >= oldSelf) would refuse this; the emulator lets it through.
-    cluster.kubectl("patch", "topic", "orders-events", "--type", "merge", "-p", '{"spec":{"partitions":2}}')
+    # A decrease is refused at admission (the CRD's CEL transition rule), with the server's message.
+    out = cluster.kubectl("patch", "topic", "orders-events", "--type", "merge", "-p", '{"spec":{"partitions":2}}',
+                          check=False, stderr=True)  # fmt: skip
+    assert 'The Topic "orders-events" is invalid' in out and "partitions may only grow" in out, out
+    assert (cluster.obj("topics", "orders-events") or {})["spec"]["partitions"] == 4
+    # Grown in Pulsar behind the operator's back: the spec is now smaller, which the operator cannot apply.
+    cluster.admin("POST", "persistent/acme/orders/events/partitions", 6)
     cluster.wait_ready("topics", "orders-events", "False", "NotSupported")
     assert cluster.condition("topics", "orders-events", "Stalled")["status"] == "True"
-    assert cluster.admin("GET", "persistent/acme/orders/events/partitions") == {"partitions": 4}
-    cluster.kubectl("patch", "topic", "orders-events", "--type", "merge", "-p", '{"spec":{"partitions":4}}')
+    assert cluster.admin("GET", "persistent/acme/orders/events/partitions") == {"partitions": 6}
+    cluster.kubectl("patch", "topic", "orders-events", "--type", "merge", "-p", '{"spec":{"partitions":6}}')
     cluster.wait_ready("topics", "orders-events")
 
 
@@ -265,14 +272,14 @@ def test_two_resources_claiming_one_topic(cluster: Cluster) -> None:
     }  # fmt: skip
     path = Path(cluster.env["KUBECONFIG"]).parent / "dup.json"
     path.write_text(json.dumps(dup))
-    cluster.kubectl("apply", "--validate=false", "-f", str(path))
+    cluster.kubectl("apply", "-f", str(path))
     cluster.wait_ready("topics", "orders-events-copy", "False", "ResourceConflict")
     assert "Topic default/orders-events" in cluster.condition("topics", "orders-events-copy")["message"]
     time.sleep(2)
     assert cluster.admin("GET", "persistent/acme/orders/events/maxConsumers") == 20  # the owner's value holds
     cluster.kubectl("delete", "--wait=false", "topic", "orders-events-copy")
     cluster.wait(lambda: cluster.obj("topics", "orders-events-copy") is None, "the duplicate to go")
-    assert cluster.admin("GET", "persistent/acme/orders/events/partitions") == {"partitions": 4}
+    assert cluster.admin("GET", "persistent/acme/orders/events/partitions") == {"partitions": 6}
 
 
 def test_deletion_in_reverse_dependency_order_with_both_policies(cluster: Cluster) -> None:
@@ -311,7 +318,7 @@ def test_replicas_coordinate_through_peering(tmp_path: Path) -> None:
            "KUBECACHEDIR": str(tmp_path / "cache")}  # fmt: skip
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        subprocess.run([KUBECTL, "apply", "--validate=false", "-f", str(ROOT / "crds")], env=env, check=True,
+        subprocess.run([KUBECTL, "apply", "-f", str(ROOT / "crds")], env=env, check=True,
                        capture_output=True, timeout=60)  # fmt: skip
         logs = [tmp_path / "low.log", tmp_path / "high.log"]
 
