@@ -241,6 +241,8 @@ def _register(kind: str, plural: str) -> None:
         if outcome.severity != "ok":
             _write(res, outcome, "delete", patch)
             raise kopf.TemporaryError(f"{outcome.reason}: {outcome.message}", delay=_retry_delay(retry))
+        if outcome.reason == rc.HANDED_OVER:
+            await _take_over(kind, res)
         if outcome.reason == rc.ORPHANED:
             # Released without deleting the Pulsar object: say so where `kubectl describe` shows it.
             _write(res, rc.stalled(rc.ORPHANED, outcome.message), "delete", patch)
@@ -288,6 +290,18 @@ async def retention_policy_usage(
     users = len(ENV.claims(("RetentionPolicy-users", _namespace(namespace), name)))
     if (body.get("status") or {}).get("referencedBy") != users:
         patch.status["referencedBy"] = users
+
+
+async def _take_over(kind: str, old: Resource) -> None:
+    """After a hand-over (a rename: the old resource deleted, a new one claiming the same object), reconcile
+    the new owner at once instead of on its next drift pass (it was Stalled as a conflict until now)."""
+    made = make_claim(kind, {"metadata": {"namespace": old.namespace, "name": old.name}, "spec": old.spec}, CONFIG)
+    if made is None:
+        return
+    for claim in ENV.claims(made[1]["own"]):
+        if claim.uid != old.uid and not claim.deleting:
+            res = Resource.from_body(kind, claim.body)
+            await _report(res, await ENGINE.reconcile(res, "change"))
 
 
 async def _report(res: Resource, outcome: Outcome) -> None:

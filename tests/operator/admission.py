@@ -3,8 +3,8 @@ kube-apiserver does it for CRDs on create, update and patch:
 
 - defaults from the schema (``default``) filled in, unknown fields pruned (``metadata``, ``apiVersion`` and
   ``kind`` at the root excepted; ``x-kubernetes-preserve-unknown-fields`` keeps a subtree), or refused with
-  ``fieldValidation=Strict`` (what ``kubectl apply`` sends by default) and reported as a ``Warning`` header
-  with ``Warn`` (the server's default);
+  ``fieldValidation=Strict`` (what ``kubectl apply`` sends by default: ``400 BadRequest``, strict decoding
+  error) and reported as a ``Warning`` header with ``Warn`` (the server's default);
 - the structural schema (types, enums, patterns, bounds, required) and every ``x-kubernetes-validations``
   CEL rule, transition rules (``oldSelf``) on updates only, through :mod:`tests.operator.crdcheck`;
 - a refusal is ``422 Invalid`` with Kubernetes' message shape: ``Topic.magnetar.io "x" is invalid:
@@ -43,6 +43,20 @@ class AdmissionError(Exception):
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message,
                 "reason": "Invalid", "code": 422,
                 "details": {"name": self.name, "group": self.group, "kind": self.kind, "causes": causes}}  # fmt: skip
+
+
+class StrictDecodingError(AdmissionError):
+    """Unknown fields with ``fieldValidation=Strict``: ``400 BadRequest``, as kube-apiserver answers."""
+
+    def __init__(self, kind: str, version: str, unknown: list[str]) -> None:
+        fields = ", ".join(f'unknown field "{p}"' for p in unknown)
+        self.errors, self.kind = [fields], kind
+        self.message = f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {fields}'
+        Exception.__init__(self, self.message)
+
+    def status(self) -> dict[str, Any]:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message,
+                "reason": "BadRequest", "code": 400}  # fmt: skip
 
 
 @dataclass
@@ -87,7 +101,7 @@ class Admission:
         name = (obj.get("metadata") or {}).get("name", "")
         mode = (field_validation or "Warn").capitalize()
         if unknown and mode == "Strict":
-            raise AdmissionError(served.kind, group, name, [f'{p}: unknown field "{p}"' for p in unknown])
+            raise StrictDecodingError(served.kind, version, unknown)
         errors = [_kube_message(e) for e in crdcheck.check(served.schema, obj, old)]
         if errors:
             raise AdmissionError(served.kind, group, name, errors)

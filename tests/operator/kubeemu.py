@@ -345,7 +345,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
             response = await self._dispatch(raw, rtype, namespace, name, sub, method, path, query, body=None,
                                             request=request)  # fmt: skip
         except AdmissionError as exc:
-            return aiohttp.web.json_response(exc.status(), status=422)
+            return aiohttp.web.json_response(exc.status(), status=exc.status()["code"])
         for warning in _WARNINGS.get():
             response.headers.add("Warning", f'299 - "{warning}"')
         return response
