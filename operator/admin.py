@@ -27,6 +27,8 @@ class AdminClient:
         self._token = token
         self._session = session
         self._own_session = session is None
+        #: admin calls made (benchmarks and tests count them per resource)
+        self.calls = 0
 
     async def close(self) -> None:
         if self._own_session and self._session is not None:
@@ -45,6 +47,7 @@ class AdminClient:
         """One call to ``path`` (``/admin/v2/...``); returns the decoded JSON answer (``None`` for 204 / empty)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=_TIMEOUT)
+        self.calls += 1
         headers = self._headers()
         data = None
         if body is not None or has_body:

@@ -39,6 +39,13 @@ class OperatorConfig:
     allow_inline_admin_url: bool = True
     #: URL prefixes an inline ``connection.adminUrl`` must start with (empty: any URL, when allowed)
     admin_url_allowlist: tuple[str, ...] = ()
+    #: reconciliations running at once and started per second (start-up with thousands of resources
+    #: must not stampede the broker); 0 = unlimited
+    max_concurrent_reconciles: int = 8
+    reconciles_per_second: float = 50.0
+    #: seconds a namespace's topic list is reused by the topics in it (one list per namespace per pass,
+    #: not one per topic); the operator's own creations and deletions update it
+    topic_list_cache_seconds: float = 5.0
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -53,6 +60,9 @@ class OperatorConfig:
             admin_url_allowlist=tuple(
                 u.strip() for u in os.environ.get("MAGNETAR_OPERATOR_ADMIN_URL_ALLOWLIST", "").split(",") if u.strip()
             ),
+            max_concurrent_reconciles=int(_float("MAGNETAR_OPERATOR_MAX_CONCURRENT_RECONCILES", 8)),
+            reconciles_per_second=_float("MAGNETAR_OPERATOR_RECONCILES_PER_SECOND", cls.reconciles_per_second),
+            topic_list_cache_seconds=_float("MAGNETAR_OPERATOR_TOPIC_LIST_CACHE_SECONDS", cls.topic_list_cache_seconds),
         )
 
     def inline_url_refusal(self, url: str) -> str | None:

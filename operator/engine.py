@@ -19,6 +19,7 @@ from magnetar.admin_client.errors import AdminConnectionError, AdminError
 from magnetar.operator import reconcile as rc
 from magnetar.operator.admin import AdminClient
 from magnetar.operator.config import FORCE_DELETE_ANNOTATION, PAUSE_ANNOTATION, OperatorConfig, is_true
+from magnetar.operator.limits import ReconcileLimiter, TopicLists
 from magnetar.operator.policies import FIELDS, describe, desired_policies, namespace_observed, plan_writes, topic_keys
 from magnetar.operator.reconcile import Claim, Outcome
 from magnetar.operator.specs import (
@@ -152,6 +153,9 @@ class Engine:
 
     def __init__(self, env: Environment) -> None:
         self.env = env
+        config = env.config
+        self.limiter = ReconcileLimiter(config.max_concurrent_reconciles, config.reconciles_per_second)
+        self.topic_lists = TopicLists(config.topic_list_cache_seconds)
 
     @asynccontextmanager
     async def _client(self, res: Resource, spec: TargetSpec, url: str) -> AsyncIterator[AdminClient]:
@@ -168,7 +172,7 @@ class Engine:
     async def reconcile(self, res: Resource, trigger: str = "change") -> Outcome:
         """Bring the Pulsar object in line with the resource. ``trigger`` is ``change`` (spec or annotation
         changed, or operator start), ``timer`` (drift check) or ``policy`` (a RetentionPolicy changed)."""
-        async with self.env.lock(res.uid or res.ref):
+        async with self.limiter.slot(), self.env.lock(res.uid or res.ref):
             outcome = await self._reconcile(res)
         self._log(res, outcome, trigger)
         return outcome
@@ -296,21 +300,35 @@ class Engine:
         shared = self._shared(res, spec)
         if isinstance(shared, Outcome):
             return shared
-        if await client.get_namespace(spec.namespace) is None:
-            return rc.waiting(rc.NAMESPACE_MISSING, f"namespace {spec.namespace} does not exist (yet)")
+        # One list per namespace and cache period, shared by all its topics (not one per topic: N^2 at scale).
+        listed = (client.base_url, spec.namespace, spec.persistent)
+        try:
+            names = await self.topic_lists.names(listed, lambda: client.list_topics(spec.namespace, spec.persistent))
+        except AdminError as exc:
+            if exc.status == 404:
+                return rc.waiting(rc.NAMESPACE_MISSING, f"namespace {spec.namespace} does not exist (yet)")
+            raise
         changes: list[str] = []
         problems: list[str] = []
         partitions = await client.topic_partitions(topic)
-        exists = partitions > 0 or topic in await client.list_topics(spec.namespace, spec.persistent)
+        exists = partitions > 0 or topic in names
         action = rc.topic_action(spec.partitions, exists, partitions)
+        if action == "kind-mismatch" and partitions == 0:
+            # Act only on a fresh list (a cached one may predate a deletion behind our back). A stale "missing"
+            # is caught by the create's 409 below.
+            fetch = lambda: client.list_topics(spec.namespace, spec.persistent)  # noqa: E731
+            exists = topic in await self.topic_lists.names(listed, fetch, fresh=True)
+            action = rc.topic_action(spec.partitions, exists, partitions)
         if action == "create":
             try:
                 await client.create_topic(topic, spec.partitions)
             except AdminError as exc:
                 if exc.status == 409:  # created meanwhile (e.g. auto-created by a client): look again
+                    self.topic_lists.forget(listed)
                     return rc.waiting(rc.ADMIN_API_ERROR, f"{topic} was created concurrently")
                 raise
             partitions = spec.partitions
+            self.topic_lists.added(listed, topic)
             changes.append(f"created topic {topic}" + (f" with {partitions} partitions" if partitions else ""))
         elif action == "grow":
             await client.grow_partitions(topic, spec.partitions)
@@ -349,7 +367,7 @@ class Engine:
     # ------------------------------------------------------------------------------------------ delete
     async def finalize(self, res: Resource) -> Outcome:
         """Handle deletion: ``ok`` = the finalizer may go, ``transient`` = try again later."""
-        async with self.env.lock(res.uid or res.ref):
+        async with self.limiter.slot(), self.env.lock(res.uid or res.ref):
             outcome = await self._finalize(res)
         self._log(res, outcome, "delete")
         return outcome
@@ -397,6 +415,8 @@ class Engine:
                                 f"{FORCE_DELETE_ANNOTATION}=true to delete it now",
                             )
                     await client.delete_topic(pulsar, partitioned, force=force)
+                    assert isinstance(spec, TopicSpec)
+                    self.topic_lists.removed((client.base_url, spec.namespace, spec.persistent), pulsar)
         except AdminError as exc:
             if exc.status == 404:
                 return rc.ok(f"{pulsar} already gone")
