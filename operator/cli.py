@@ -35,6 +35,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--cluster-url-template",
         help="admin URL of a clusterRef, with {name} and {namespace} (MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE)",
     )
+    p.add_argument(
+        "--release-finalizers", action="store_true",
+        help="remove the operator's finalizer from every resource and exit (uninstall: the chart's pre-delete hook)",
+    )  # fmt: skip
+    p.add_argument(
+        "--scale-down", metavar="DEPLOYMENT",
+        help="with --release-finalizers: first scale this Deployment (in $POD_NAMESPACE) to 0 and wait",
+    )  # fmt: skip
     p.add_argument("--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"))
     p.set_defaults(run=run)
 
@@ -61,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
 
     import kopf
 
+    if args.release_finalizers:
+        return _release(args.namespace, args.scale_down)
+
     import magnetar.operator.main  # noqa: F401  (registers the handlers)
 
     kopf.run(
@@ -72,3 +83,34 @@ def run(args: argparse.Namespace) -> int:
         liveness_endpoint=args.liveness or None,
     )
     return 0
+
+
+def _release(namespaces: list[str], deployment: str | None) -> int:
+    import asyncio
+
+    import kopf
+
+    from magnetar.operator.kube import KubeClient
+    from magnetar.operator.release import release_finalizers, scale_down
+
+    async def go() -> int:
+        logger = logging.getLogger("magnetar.operator")
+        settings = kopf.OperatorSettings()
+        info = kopf.login_with_service_account(logger=logger, settings=settings) or kopf.login_with_kubeconfig(
+            logger=logger, settings=settings
+        )
+        if info is None:
+            logger.error("no Kubernetes credentials (service account or kubeconfig)")
+            return 1
+        kube = KubeClient()
+        kube.set_credentials(info)
+        try:
+            if deployment:
+                await scale_down(kube, os.environ.get("POD_NAMESPACE") or "default", deployment)
+            released = await release_finalizers(kube, namespaces)
+        finally:
+            await kube.close()
+        logger.info("released the finalizer of %d resources", released)
+        return 0
+
+    return asyncio.run(go())

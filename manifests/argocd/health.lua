@@ -15,6 +15,8 @@ local permanent = {
   AdminApiRejected = true,  -- the admin API refused the request as invalid (4xx)
   InvalidSpec = true,       -- the spec cannot be used as written
   PropagationIncomplete = true, -- a RetentionPolicy could not be applied to a stalled user
+  ConnectionNotAllowed = true,  -- the operator's configuration refuses the inline connection.adminUrl
+  Orphaned = true,          -- released after a bounded wait, the Pulsar object left behind
 }
 
 local function condition(conditions, kind)
@@ -40,8 +42,11 @@ local function describe(c, fallback)
 end
 
 -- Paused first: a paused object is deliberately left alone, whatever its last status says.
+-- The same values as the operator's is_true(): true/1/yes/on, any case, surrounding blanks ignored.
+local truthy = { ["true"] = true, ["1"] = true, ["yes"] = true, ["on"] = true }
 local annotations = obj.metadata and obj.metadata.annotations
-if annotations ~= nil and annotations["magnetar.io/paused"] == "true" then
+local paused = annotations and annotations["magnetar.io/paused"]
+if type(paused) == "string" and truthy[string.lower((string.gsub(paused, "^%s*(.-)%s*$", "%1")))] then
   hs.status = "Suspended"
   hs.message = "Reconciliation paused (annotation magnetar.io/paused=true)"
   return hs

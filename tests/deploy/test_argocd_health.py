@@ -192,3 +192,14 @@ def test_one_script_serves_every_kind() -> None:
         assert kind in first, f"the script's header must name {kind}"
     stale = sorted(p.name for p in tools.ARGOCD_DIR.glob("health-*.lua"))
     assert not stale, f"per-kind copies would drift from health.lua: {stale}"
+
+
+@pytest.mark.parametrize("value", ["true", "True", " yes ", "1", "ON", "false", "0", "no", "", "paused"])
+def test_pause_annotation_means_what_the_operator_reads(value: str) -> None:
+    """The script and the operator agree on which annotation values pause a resource."""
+    from magnetar.operator.engine import Resource
+
+    obj = resource(READY, annotations={"magnetar.io/paused": value})
+    operator_paused = Resource.from_body("Topic", obj).paused
+    obj["kind"] = "Topic"
+    assert (health("Topic", obj)[0] == "Suspended") == operator_paused, value

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.conftest import StandaloneProcess, _quiet_logger
-from tests.operator.kubeemu import EmulatorThread
+from tests.operator.kubeemu import EmulatorThread, ResourceType
 from tests.operator.test_operator_loop import KUBECTL, ROOT, Cluster
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
@@ -56,12 +56,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
+    cluster.proc = proc  # type: ignore[attr-defined]  (the uninstall test stops it)
     try:
         ns = _res("TopicNamespace", "apps", {"tenant": "gitops", "name": "apps"})
         apply(cluster, _res("Tenant", "gitops", {}), ns)
         cluster.wait_ready("topicnamespaces", "apps")
         yield cluster
-        assert proc.poll() is None, "the operator exited"
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -215,3 +215,35 @@ def test_admin_url_is_immutable(cluster: Cluster) -> None:
     moved = {"connection": {"adminUrl": cluster.broker.http_url.replace("127.0.0.1", "localhost")}}
     out = apply(cluster, _res("Tenant", "inline", {}, moved), check=False)
     assert "connection.adminUrl is immutable" in out, out
+
+
+def test_uninstall_releases_finalizers_and_keeps_pulsar_objects(cluster: Cluster, tmp_path: Path) -> None:
+    """The chart's pre-delete hook: scale the operator down, release the finalizers; deleting a resource
+    afterwards is immediate and leaves its topic in Pulsar."""
+    proc: subprocess.Popen[bytes] = cluster.proc  # type: ignore[attr-defined]
+    assert proc.poll() is None, "the operator exited before the uninstall"
+    assert cluster.emu.emulator is not None
+    cluster.emu.call(cluster.emu.emulator.add_type, ResourceType("apps", "v1", "deployments", "Deployment"))
+    env = {**cluster.env, "KUBECACHEDIR": str(tmp_path / "cache"), "POD_NAMESPACE": "default"}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "magnetar-operator"},
+                  "spec": {"replicas": 1, "selector": {}, "template": {}}}  # fmt: skip
+    manifest = tmp_path / "deployment.yaml"
+    manifest.write_text(yaml.safe_dump(deployment))
+    subprocess.run([KUBECTL, "apply", "-f", str(manifest)], env=env, check=True, capture_output=True, timeout=60)
+    # No controller here: the test stops the operator the scale-down would have stopped.
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(15)
+    assert "magnetar.io/finalizer" in (cluster.obj("topics", "strict") or {})["metadata"]["finalizers"]
+    result = subprocess.run(
+        [sys.executable, "-m", "magnetar.cli.main", "operator", "--release-finalizers", "--scale-down",
+         "magnetar-operator"], env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert cluster.emu.call(cluster.emu.emulator.get, "deployments", "default", "magnetar-operator")["spec"][
+        "replicas"
+    ] == 0
+    assert not (cluster.obj("topics", "strict") or {})["metadata"].get("finalizers")
+    assert any(reason == "FinalizerReleased" for reason, _ in cluster.events("strict"))
+    cluster.kubectl("delete", "--wait=false", "topic", "strict")
+    assert cluster.obj("topics", "strict") is None
+    assert cluster.admin("GET", "persistent/gitops/apps/strict/partitions") == {"partitions": 3}
