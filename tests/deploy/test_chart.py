@@ -70,7 +70,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 
 
 @cache
-def render(name: str) -> list[dict[str, Any]]:
+def render(name: str, hooks: bool = False) -> list[dict[str, Any]]:
+    """The chart's documents with a value set; Helm hooks (the uninstall Job) only with ``hooks``."""
     values = json.dumps(VALUE_SETS[name])
     # --set-json on the root would not merge; a values file (stdin) does.
     result = tools.helm(
@@ -85,7 +86,7 @@ def render(name: str) -> list[dict[str, Any]]:
         input_text=values,
     )
     assert result.returncode == 0, result.stderr
-    return tools.documents(result.stdout)
+    return [doc for doc in tools.documents(result.stdout) if hooks or not _is_hook(doc)]
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -248,6 +249,10 @@ def test_values_reach_the_pod(helm_bin: str) -> None:
     assert ha["spec"]["template"]["metadata"]["annotations"] == {"prometheus.io/scrape": "false"}
 
 
+def _is_hook(doc: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in ((doc.get("metadata") or {}).get("annotations") or {})
+
+
 def test_cluster_wide_rbac_is_least_privilege(helm_bin: str) -> None:
     docs = render("defaults")
     assert not by_kind(docs, "Role")
@@ -382,3 +387,20 @@ FREE_FORM = {
     "affinity",
     "serviceAccount.annotations",
 }
+
+
+def test_uninstall_hook_scales_down_then_releases_finalizers(helm_bin: str) -> None:
+    """`helm uninstall` runs a pre-delete Job (docs/operator.md, "Uninstalling"); its only extra right is
+    scaling this release's Deployment; `kubectl apply` of install.yaml carries no hook."""
+    hooks = [doc for doc in render("defaults", hooks=True) if _is_hook(doc)]
+    assert {doc["kind"] for doc in hooks} == {"Role", "RoleBinding", "Job"}
+    assert all(doc["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete" for doc in hooks)
+    (role,) = by_kind(hooks, "Role")
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"],
+                              "resourceNames": [tools.RELEASE], "verbs": ["get", "patch"]}]  # fmt: skip
+    (job,) = by_kind(hooks, "Job")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["operator", "--release-finalizers", f"--scale-down={tools.RELEASE}"]
+    off = tools.documents(tools.helm_template("--set", "uninstall.releaseFinalizers=false"))
+    assert not [doc for doc in off if _is_hook(doc)]
+    assert "helm.sh/hook" not in tools.INSTALL_YAML.read_text()

@@ -174,7 +174,8 @@ def sync_chart_crds() -> None:
 
 
 def render_install() -> str:
-    return INSTALL_HEADER + NAMESPACE_DOC + helm_template(include_crds=True)
+    # No hooks: the chart's pre-delete hook (uninstall) would run at once under `kubectl apply`.
+    return INSTALL_HEADER + NAMESPACE_DOC + helm_template("--no-hooks", include_crds=True)
 
 
 def crd_documents() -> list[dict[str, Any]]:
