@@ -18,13 +18,16 @@ What this layer adds over kmock's ``KubernetesScaffold``:
 - the ``/status`` subresource: writes to the main resource keep the old status, writes to ``/status`` change
   only status; a create's status is dropped;
 - deletion with finalizers: ``deletionTimestamp`` set, the object goes when its last finalizer is removed;
-- CustomResourceDefinitions created through the API register their resource (``kubectl apply -f crds/``).
+- CustomResourceDefinitions created through the API register their resource (``kubectl apply -f crds/``);
+- admission of custom resources as kube-apiserver does it (schema, defaults, pruning, CEL rules with
+  ``oldSelf``, ``fieldValidation``) and OpenAPI v3 documents for kubectl: :mod:`tests.operator.admission`;
+- server-side apply with field managers and conflicts: :mod:`tests.operator.ssa`;
+- ``forbidden``: (plural, namespace, name) whose reads answer 403, for tests of RBAC failures.
 
-What it does not do (tests must not rely on it): no authentication or RBAC, no admission (no schema
-validation, no CEL ``x-kubernetes-validations``, no defaulting, no pruning of unknown fields), no
-server-side apply, no ownerReference garbage collection, no namespace deletion cascade, no real
-strategic-merge semantics (lists are replaced), no table output for ``kubectl get`` (plain JSON),
-no OpenAPI documents (use ``kubectl --validate=false``), no watch bookmarks, no history compaction (410).
+What it does not do (tests must not rely on it): no authentication or RBAC beyond ``forbidden``, no
+admission webhooks, no validation ratcheting, no ownerReference garbage collection, no namespace deletion
+cascade, no real strategic-merge semantics (lists are replaced), no table output for ``kubectl get``
+(plain JSON), no watch bookmarks, no history compaction (410).
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ from typing import Any
 
 import aiohttp.web
 import kmock
+import yaml
 
+from tests.operator import ssa
 from tests.operator.admission import Admission, AdmissionError
 
 _NAME_RE = r"[^/]+"
@@ -366,6 +371,9 @@ class KubeEmulator(kmock.KubernetesScaffold):
             return aiohttp.web.json_response(await self._replace(rtype, namespace, name, sub, body))
         if method == "PATCH" and name is not None:
             ctype = raw.headers.get("Content-Type", "")
+            if "apply-patch" in ctype:
+                applied = yaml.safe_load(request.body) if request.body else None
+                return aiohttp.web.json_response(await self._apply(rtype, namespace, name, sub, applied, query))
             return aiohttp.web.json_response(await self._patch(rtype, namespace, name, sub, ctype, body))
         if method == "DELETE" and name is not None:
             return aiohttp.web.json_response(await self._delete(rtype, namespace, name))
@@ -551,15 +559,29 @@ class KubeEmulator(kmock.KubernetesScaffold):
                      body: Any) -> dict[str, Any]:  # fmt: skip
         key = self._key(rtype, namespace, name)
         old = self._fetch(rtype, namespace, name)
-        if "json-patch" in ctype:
-            new = json_patch(old, body or [])
-        elif "apply-patch" in ctype:
-            raise ApiError(415, "UnsupportedMediaType", "server-side apply is not emulated")
-        else:  # merge-patch and (approximately) strategic-merge-patch
-            new = merge_patch(old, body or {})
+        # merge-patch and (approximately) strategic-merge-patch; apply patches go to _apply
+        new = json_patch(old, body or []) if "json-patch" in ctype else merge_patch(old, body or {})
         expected = (new.get("metadata") or {}).get("resourceVersion")
         if expected and expected != old["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} "{name}"')
+        return await self._store_update(rtype, key, old, new, sub)
+
+    async def _apply(self, rtype: ResourceType, namespace: str, name: str, sub: str | None, applied: Any,
+                     query: Any) -> dict[str, Any]:  # fmt: skip
+        """Server-side apply (tests/operator/ssa.py): create when missing, else update with field ownership."""
+        if not isinstance(applied, dict):
+            raise ApiError(400, "BadRequest", "an apply patch must be an object")
+        manager = query.get("fieldManager")
+        if not manager:
+            raise ApiError(400, "BadRequest", "fieldManager is required for apply requests")
+        key = self._key(rtype, namespace, name)
+        old = self.store.get(key)
+        try:
+            new = ssa.apply(old, applied, manager, query.get("force") in ("true", "1"), _now())
+        except ssa.ApplyConflict as exc:
+            raise ApiError(409, "Conflict", str(exc)) from exc
+        if old is None:
+            return await self._create(rtype, namespace, new)
         return await self._store_update(rtype, key, old, new, sub)
 
     async def _delete(self, rtype: ResourceType, namespace: str, name: str) -> dict[str, Any]:

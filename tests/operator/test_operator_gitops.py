@@ -217,6 +217,39 @@ def test_admin_url_is_immutable(cluster: Cluster) -> None:
     assert "connection.adminUrl is immutable" in out, out
 
 
+def test_server_side_apply_as_argo_cd_uses_it(cluster: Cluster) -> None:
+    """`kubectl apply --server-side` (Argo CD's ServerSideApply=true): create, drop a field by no longer
+    applying it, conflicts between managers, and no fight with the operator's status writes."""
+    path = Path(cluster.env["KUBECONFIG"]).parent / "ssa.yaml"
+
+    def ssa(spec: dict[str, Any], *flags: str) -> str:
+        path.write_text(yaml.safe_dump(_res("Topic", "ssa", {"namespace": "gitops/apps", **spec})))
+        return cluster.kubectl("apply", "--server-side", *flags, "-f", str(path), check=False, stderr=True)
+
+    out = ssa({"partitions": 2, "policies": {"maxConsumers": 7, "maxProducers": 3}}, "--field-manager=argocd")
+    assert "serverside-applied" in out, out
+    cluster.wait_ready("topics", "ssa")
+    assert cluster.admin("GET", "persistent/gitops/apps/ssa/maxProducers") == 3
+    # The operator wrote status meanwhile; re-applying without maxProducers removes it from spec.
+    out = ssa({"partitions": 2, "policies": {"maxConsumers": 7}}, "--field-manager=argocd")
+    assert "serverside-applied" in out, out
+    obj = cluster.obj("topics", "ssa") or {}
+    assert obj["spec"]["policies"] == {"maxConsumers": 7} and obj["status"]["conditions"]
+    assert [f["manager"] for f in obj["metadata"]["managedFields"]] == ["argocd"]
+    cluster.wait(lambda: "maxProducers" not in (cluster.obj("topics", "ssa") or {})["status"]["applied"],
+                 "maxProducers to be unmanaged")  # fmt: skip
+    # Another manager changing a field argocd owns: a conflict, unless forced.
+    out = ssa({"partitions": 4, "policies": {"maxConsumers": 7}}, "--field-manager=someone")
+    assert "conflict" in out.lower() and '"argocd"' in out and ".spec.partitions" in out, out
+    assert (cluster.obj("topics", "ssa") or {})["spec"]["partitions"] == 2
+    out = ssa({"partitions": 4, "policies": {"maxConsumers": 7}}, "--field-manager=someone", "--force-conflicts")
+    assert "serverside-applied" in out, out
+    cluster.wait(lambda: cluster.admin("GET", "persistent/gitops/apps/ssa/partitions") == {"partitions": 4}, "4")
+    # Admission applies to server-side apply too.
+    out = ssa({"partitions": 1, "policies": {"maxConsumers": 7}}, "--field-manager=someone")
+    assert "partitions may only grow" in out, out
+
+
 def test_uninstall_releases_finalizers_and_keeps_pulsar_objects(cluster: Cluster, tmp_path: Path) -> None:
     """The chart's pre-delete hook: scale the operator down, release the finalizers; deleting a resource
     afterwards is immediate and leaves its topic in Pulsar."""
