@@ -116,6 +116,13 @@ class ApiError(Exception):
         )  # fmt: skip
 
 
+def _stale(rtype: ResourceType, name: str) -> ApiError:
+    """A write with an old ``resourceVersion`` (optimistic concurrency), in kube-apiserver's words."""
+    resource = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
+    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again")  # fmt: skip
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -552,7 +559,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
         old = self._fetch(rtype, namespace, name)
         expected = (body.get("metadata") or {}).get("resourceVersion")
         if expected and expected != old["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} "{name}": modified')
+            raise _stale(rtype, name)
         return await self._store_update(rtype, key, old, copy.deepcopy(body), sub)
 
     async def _patch(self, rtype: ResourceType, namespace: str, name: str, sub: str | None, ctype: str,
@@ -563,7 +570,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
         new = json_patch(old, body or []) if "json-patch" in ctype else merge_patch(old, body or {})
         expected = (new.get("metadata") or {}).get("resourceVersion")
         if expected and expected != old["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} "{name}"')
+            raise _stale(rtype, name)
         return await self._store_update(rtype, key, old, new, sub)
 
     async def _apply(self, rtype: ResourceType, namespace: str, name: str, sub: str | None, applied: Any,

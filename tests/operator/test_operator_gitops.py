@@ -204,6 +204,13 @@ def test_invalid_changes_are_refused_at_admission(cluster: Cluster) -> None:
     assert 'The Topic "bad" is invalid' in out and "spec.namespace" in out and "spec.partitions" in out, out
     assert cluster.obj("topics", "bad") is None
     assert (cluster.obj("topics", "strict") or {})["spec"]["partitions"] == 3
+    # A replace carrying an old resourceVersion is refused (optimistic concurrency).
+    stale = cluster.obj("topics", "strict") or {}
+    cluster.kubectl("annotate", "topic", "strict", "team=payments")
+    stale_path = Path(cluster.env["KUBECONFIG"]).parent / "stale.yaml"
+    stale_path.write_text(yaml.safe_dump({k: v for k, v in stale.items() if k != "status"}))
+    out = cluster.kubectl("replace", "-f", str(stale_path), check=False, stderr=True)
+    assert 'Operation cannot be fulfilled on topics.magnetar.io "strict": the object has been modified' in out, out
     # The operator's own status writes go through the same admission and are accepted.
     assert cluster.condition("topics", "strict")["status"] == "True"
 
