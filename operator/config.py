@@ -46,6 +46,9 @@ class OperatorConfig:
     #: seconds a namespace's topic list is reused by the topics in it (one list per namespace per pass,
     #: not one per topic); the operator's own creations and deletions update it
     topic_list_cache_seconds: float = 5.0
+    #: watch the credentials Secrets resources reference (needs list/watch on Secrets): a rotated token is
+    #: used at once; off: from the next retry or drift pass
+    watch_secrets: bool = False
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -62,6 +65,7 @@ class OperatorConfig:
             ),
             max_concurrent_reconciles=int(_float("MAGNETAR_OPERATOR_MAX_CONCURRENT_RECONCILES", 8)),
             reconciles_per_second=_float("MAGNETAR_OPERATOR_RECONCILES_PER_SECOND", cls.reconciles_per_second),
+            watch_secrets=is_true(os.environ.get("MAGNETAR_OPERATOR_WATCH_SECRETS", "false")),
             topic_list_cache_seconds=_float("MAGNETAR_OPERATOR_TOPIC_LIST_CACHE_SECONDS", cls.topic_list_cache_seconds),
         )
 

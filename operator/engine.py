@@ -144,6 +144,8 @@ def make_claim(kind: str, body: Any, config: OperatorConfig) -> tuple[Claim, dic
     ref = getattr(spec, "retentionPolicyRef", None)
     if ref is not None:
         keys["ref"] = ("RetentionPolicy-users", res.namespace, ref.name)
+    if spec.connection is not None and spec.connection.credentialsSecretRef is not None:
+        keys["secret"] = ("Secret-users", res.namespace, spec.connection.credentialsSecretRef.name)
     return claim, keys
 
 

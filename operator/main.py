@@ -323,3 +323,20 @@ async def retention_policy_deleted(namespace: str | None, name: str, **kwargs: A
     ENV.bind(kwargs)
     ENV.deleted_policies.add((_namespace(namespace), name))
     await ENGINE.propagate(_namespace(namespace), name, None, _report)
+
+
+async def secret_changed(type: str | None, namespace: str | None, name: str, **kwargs: Any) -> None:
+    """A referenced credentials Secret was created or changed (rotation): reconcile its users now."""
+    ENV.bind(kwargs)
+    if type not in ("ADDED", "MODIFIED"):  # None: the initial listing at start-up
+        return
+    for claim in ENV.claims(("Secret-users", _namespace(namespace), name)):
+        res = Resource.from_body(claim.kind, claim.body)
+        if res.deleting:
+            continue
+        ENV.event(res, "Normal", "CredentialsChanged", f"Secret {namespace}/{name} changed: reconciling")
+        await _report(res, await ENGINE.reconcile(res, "change"))
+
+
+if CONFIG.watch_secrets:
+    kopf.on.event("", "v1", "secrets", id="Secret-rotation")(secret_changed)

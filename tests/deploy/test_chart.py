@@ -262,7 +262,7 @@ def test_cluster_wide_rbac_is_least_privilege(helm_bin: str) -> None:
         assert rules_for(rules, "magnetar.io", plural) == {"get", "list", "watch", "patch"}
         assert rules_for(rules, "magnetar.io", f"{plural}/status") == {"get", "patch"}
     assert rules_for(rules, "", "events") == {"create", "patch"}
-    assert rules_for(rules, "", "secrets") == {"get"}
+    assert rules_for(rules, "", "secrets") == {"get", "list", "watch"}  # watched: rotation at once
     assert rules_for(rules, "kopf.dev", "clusterkopfpeerings") == {"get", "list", "watch", "patch", "create"}
     assert rules_for(rules, "apiextensions.k8s.io", "customresourcedefinitions") == {"get", "list", "watch"}
     # The operator never replaces or deletes objects, creates nothing but Events, and no rule
@@ -305,6 +305,11 @@ def test_namespaced_rbac_stays_in_the_watched_namespaces(helm_bin: str) -> None:
     (role,) = by_kind(restricted, "Role")
     (secret_rule,) = [r for r in role["rules"] if r["resources"] == ["secrets"]]
     assert secret_rule["resourceNames"] == ["magnetar-admin-token"]
+    assert secret_rule["verbs"] == ["get"]  # a watch cannot be limited by name: not watched
+    env = {e["name"]: e.get("value") for e in container(restricted)["env"]}
+    assert env["MAGNETAR_OPERATOR_WATCH_SECRETS"] == "false"
+    env = {e["name"]: e.get("value") for e in container(render("defaults"))["env"]}
+    assert env["MAGNETAR_OPERATOR_WATCH_SECRETS"] == "true"
 
 
 def test_minimal_rbac_reads_no_secrets(helm_bin: str) -> None:

@@ -7,6 +7,7 @@
 - a rename in Git (new object, old one pruned) keeps the topic and its messages;
 - a deletion while the broker is down is bounded, then the resource is released with an ``Orphaned`` Event;
 - a 403 reading the credentials Secret is status (CredentialsUnreadable), not a crash loop, and heals;
+  a rotated Secret is picked up at once (watched);
 - deleting a RetentionPolicy updates its users at once (the drift interval here is long on purpose);
 - invalid changes are refused at admission with the server's message.
 """
@@ -47,6 +48,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "MAGNETAR_OPERATOR_BACKOFF_BASE": "0.5",
         "MAGNETAR_OPERATOR_BACKOFF_CAP": "2",
         "MAGNETAR_OPERATOR_DELETE_TIMEOUT": "4",
+        "MAGNETAR_OPERATOR_WATCH_SECRETS": "true",
     }
     log = tmp / "operator.log"
     cluster = Cluster(emu, broker, env, log)
@@ -172,6 +174,11 @@ def test_secret_403_is_status_not_a_crash_loop(cluster: Cluster) -> None:
     assert "Traceback" not in cluster.log_tail()
     # RBAC fixed: picked up by the retry with backoff (capped at 2 s here).
     cluster.emu.emulator.forbidden.clear()
+    cluster.wait_ready("tenants", "locked")
+    # Rotation: the watched Secret changes, its users are reconciled at once (not on the drift timer).
+    apply(cluster, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "broker-token"},
+                    "stringData": {"token": "t1"}})  # fmt: skip
+    cluster.wait(lambda: any(r == "CredentialsChanged" for r, _ in cluster.events("locked")), "the rotation")
     cluster.wait_ready("tenants", "locked")
     cluster.kubectl("delete", "--wait=false", "tenant", "locked")
     cluster.wait(lambda: cluster.obj("tenants", "locked") is None, "locked to go")

@@ -87,6 +87,19 @@ per-namespace Roles. The operator never writes spec: it reads the objects, patch
   {{- with .Values.rbac.secretNames }}
   resourceNames: {{ toJson . }}
   {{- end }}
+  {{- if include "magnetar-operator.watchSecrets" . }}
+  # Watched: a rotated credentials Secret is used at once (rbac.watchSecrets).
+  verbs: ["get", "list", "watch"]
+  {{- else }}
   verbs: ["get"]
+  {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+Whether the operator watches credentials Secrets: asked for, readable, and not limited by name (a watch
+of the collection cannot be restricted to resourceNames).
+*/}}
+{{- define "magnetar-operator.watchSecrets" -}}
+{{- if and .Values.rbac.watchSecrets .Values.rbac.readSecrets (not .Values.rbac.secretNames) }}true{{- end }}
 {{- end }}
