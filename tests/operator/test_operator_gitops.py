@@ -52,25 +52,27 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     }
     log = tmp / "operator.log"
     cluster = Cluster(emu, broker, env, log)
-    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    cluster.proc = proc  # type: ignore[attr-defined]  (the uninstall test stops it)
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],
+                env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        cluster.proc = proc  # type: ignore[attr-defined]  (the uninstall test stops it)
         ns = _res("TopicNamespace", "apps", {"tenant": "gitops", "name": "apps"})
         apply(cluster, _res("Tenant", "gitops", {}), ns)
         cluster.wait_ready("topicnamespaces", "apps")
         yield cluster
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
         emu.stop()
         broker.stop()
 
