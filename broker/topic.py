@@ -236,10 +236,14 @@ class PersistentTopic:
             producer.complete(slot, None, (pb.PersistenceError, "Topic is fenced: another broker owns it"))
             self.service.tasks.spawn(self.service.unload_topic(self), name=f"unload {self.name}")
             return
-        except Exception as exc:  # storage failure: the client retries after the error
-            log.warning("publish failed on %s: %s", self.name, exc)
+        except BaseException as exc:  # storage failure (the client retries after the error), or cancelled
+            # Every SEND ends in a receipt or an error: receipts leave in order, so one slot left
+            # open would strand every later send of this producer.
+            log.warning("publish failed on %s: %r", self.name, exc)
             self._publish_failed(producer)
-            producer.complete(slot, None, (pb.PersistenceError, f"Failed to persist message: {exc}"))
+            producer.complete(slot, None, (pb.PersistenceError, f"Failed to persist message: {exc!r}"))
+            if not isinstance(exc, Exception):
+                raise
             return
         self.entries_added += 1
         if self.dedup.enabled:

@@ -663,13 +663,16 @@ class LedgerWriteHandle(WriteHandle):
     async def wait_pending(self) -> None:
         """Wait (bounded by the add timeout) until no add is in flight."""
         if self._pending:
-            futs = [op.future for op in self._pending]
-            try:
-                await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), self.ctx.config.add_timeout_s + 1)
-            except TimeoutError:
+            # asyncio.wait, not gather: a cancelled close must not cancel the adds' own futures
+            # (their callers would see a cancellation instead of an answer).
+            futs = {op.future for op in self._pending}
+            _, not_done = await asyncio.wait(futs, timeout=self.ctx.config.add_timeout_s + 1)
+            if not_done:
                 self._fail(LedgerError(f"adds to ledger {self.ledger_id} timed out"))
 
     def _release(self) -> None:
+        if self._pending:  # close() was cancelled or failed: no add may stay pending forever
+            self._fail(LedgerClosedError(f"write handle of ledger {self.ledger_id} was released"))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

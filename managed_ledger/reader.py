@@ -1,7 +1,9 @@
 """Reading a managed ledger's entries: from the entry cache where possible, else from its ledgers.
 
-Misses are read in runs through one read handle per ledger, opened on first use (without
-recovery) and shared by concurrent readers; the current ledger is read through the writer's
+Misses are read in runs through one read handle per ledger, opened on first use and shared by
+concurrent readers. As in Pulsar, a ledger is opened with recovery: one the managed ledger sealed
+after its BookKeeper close failed is still open there, and only recovery makes its last entries
+readable (for a ledger closed in BookKeeper the open is a plain metadata read); the current ledger is read through the writer's
 handle. A ledger trimmed while a read of it was under way yields no entries rather than an error.
 """
 
@@ -70,7 +72,7 @@ class EntryReader:
             fut = self._loop.create_future()
             self._handles[lid] = fut
             try:
-                h = await self._storage.io(self._storage.client.open_ledger(lid, recovery=False), f"open ledger {lid}")
+                h = await self._storage.io(self._storage.client.open_ledger(lid, recovery=True), f"open ledger {lid}")
             except BaseException as e:
                 del self._handles[lid]
                 fut.set_exception(e)

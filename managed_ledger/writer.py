@@ -7,6 +7,12 @@ the ledger, creates the next one and has the managed ledger record it in its lis
 compare-and-swap). Appends arriving meanwhile are queued and re-issued in arrival order by tasks
 that start in FIFO order; direct appends resume only once the last of them has been issued, so
 nothing overtakes.
+
+Every add ends, in bounded time, with a position or a :class:`ManagedLedgerError` (never a
+cancellation): adds are numbered on arrival, and once one fails for good (out of retries, or no
+ledger could be created) every add that arrived before that moment and is not yet stored fails too,
+in order, so a later entry is never stored behind an earlier one that failed. A ledger whose close
+fails is still sealed here (its readers recover it) and the next add rolls over again.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Protocol
 
 from magnetar.ledger.api import LedgerConfig, LedgerError, LedgerFencedError, WriteHandle
 from magnetar.managed_ledger.api import (
+    ManagedLedgerClosedError,
     ManagedLedgerConfig,
     ManagedLedgerError,
     ManagedLedgerFencedError,
@@ -66,10 +73,15 @@ class WriterHost(Protocol):
         """An add was confirmed at ``position``."""
 
 
+class _Requeued(Exception):
+    """Internal: a queued add's write failed and it is back in line for the next ledger."""
+
+
 @dataclass(slots=True, eq=False)
 class _PendingAdd:
     data: bytes
     future: asyncio.Future[Position]
+    seq: int  # arrival order
     attempts: int = 0
 
 
@@ -99,6 +111,12 @@ class LedgerWriter:
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._rollover_task: asyncio.Task[None] | None = None
         self._rollover_timer: asyncio.TimerHandle | None = None
+        # Arrival numbers: adds numbered below ``_doomed_before`` fail instead of being retried.
+        self._next_seq = 0
+        self._doomed_before = 0
+        self._doomed_error: ManagedLedgerError | None = None
+        # Adds with a future of their own (queued or retried), failed for sure on release.
+        self._items: set[_PendingAdd] = set()
 
     @property
     def current(self) -> LedgerInfo | None:
@@ -117,19 +135,46 @@ class LedgerWriter:
     # ------------------------------------------------------------------ adds
 
     async def add(self, data: bytes) -> Position:
-        """Append one entry; its position once the ledger confirmed it."""
+        """Append one entry; its position once the ledger confirmed it, else a ManagedLedgerError."""
+        seq = self._next_seq
+        self._next_seq += 1
         if self._accepting:
-            return await self._append(data, None)
+            return await self._append(data, None, seq)
         host = self._host
         if not host.writable:
             raise host.not_writable_error()
-        item = _PendingAdd(data, self._loop.create_future())
+        item = self._new_item(data, seq)
         self._queue.append(item)
         if self._handle is None and not self._rolling:
-            self._start_rollover()  # no writable ledger (an earlier creation failed): try again
+            self._start_rollover()  # no writable ledger (an earlier rollover failed): try again
         return await item.future
 
-    async def _append(self, data: bytes, item: _PendingAdd | None) -> Position:
+    def _new_item(self, data: bytes, seq: int) -> _PendingAdd:
+        item = _PendingAdd(data, self._loop.create_future(), seq)
+        self._items.add(item)
+        item.future.add_done_callback(lambda _f: self._items.discard(item))
+        return item
+
+    def _doom_arrived(self, exc: ManagedLedgerError) -> None:
+        """Fail every add that arrived so far and is not stored yet (queued now, or failing later)."""
+        self._doomed_before = self._next_seq
+        self._doomed_error = exc
+        items = [*self._retry, *self._requeue, *self._queue]
+        self._retry.clear()
+        self._requeue.clear()
+        self._queue.clear()
+        for it in items:
+            if not it.future.done():
+                it.future.set_exception(exc)
+
+    def _doomed(self) -> ManagedLedgerError:
+        err = self._doomed_error
+        assert err is not None
+        return type(err)(str(err))  # a fresh instance per add (no shared traceback)
+
+    async def _append(self, data: bytes, item: _PendingAdd | None, seq: int) -> Position:
+        """Issue one add; an ``item`` (a queued add) whose write fails is re-queued (:class:`_Requeued`)."""
+        queued = item is not None
         # Everything up to handle.append() runs synchronously: the entry is issued in call order.
         handle = self._handle
         cur = self._current
@@ -150,14 +195,21 @@ class LedgerWriter:
             raise ManagedLedgerFencedError(f"{self._name} is fenced: another owner opened it") from None
         except LedgerError as e:
             self._inflight_done()
+            if seq < self._doomed_before:  # an add before this one failed for good: so does this one
+                raise self._doomed() from e
+            attempts = 1 if item is None else item.attempts + 1
+            if not self._host.writable or attempts >= MAX_ADD_ATTEMPTS:
+                err = ManagedLedgerError(f"{self._name}: add failed: {e}")
+                self._doom_arrived(err)
+                raise err from e
             if item is None:
-                item = _PendingAdd(data, self._loop.create_future())
-            item.attempts += 1
-            if not self._host.writable or item.attempts >= MAX_ADD_ATTEMPTS:
-                raise ManagedLedgerError(f"{self._name}: add failed: {e}") from e
+                item = self._new_item(data, seq)
+            item.attempts = attempts
             log.warning("%s: write to ledger %d failed (%s); continuing on a new ledger", self._name, cur.ledger_id, e)
             self._retry.append(item)  # failures complete in issue order, so retries keep it
             self._start_rollover()
+            if queued:
+                raise _Requeued from None
             return await item.future
         except BaseException:
             self._inflight_done()
@@ -209,6 +261,9 @@ class LedgerWriter:
         if not self._host.writable:
             item.future.set_exception(self._host.not_writable_error())
             return
+        if item.seq < self._doomed_before:
+            item.future.set_exception(self._doomed())
+            return
         if self._rolling or self._handle is None:
             self._requeue.append(item)  # a rollover began mid-wave: back in line, still in order
             return
@@ -217,25 +272,23 @@ class LedgerWriter:
             # this entry is issued (synchronously, below) before any of them.
             self._pump()
         try:
-            pos = await self._append(item.data, item)
+            pos = await self._append(item.data, item, item.seq)
+        except _Requeued:
+            return  # its future is completed by a later wave
+        except asyncio.CancelledError:
+            if not item.future.done():  # the managed ledger is closing: an error, not a cancellation
+                item.future.set_exception(ManagedLedgerClosedError(f"{self._name} is closed"))
+            raise
         except BaseException as e:
             if not item.future.done():
                 item.future.set_exception(e)
-            if isinstance(e, asyncio.CancelledError):
-                raise
         else:
             if not item.future.done():
                 item.future.set_result(pos)
 
     def fail_queued(self, exc: ManagedLedgerError) -> None:
-        """Fail every add waiting in a queue with ``exc``."""
-        items = [*self._retry, *self._requeue, *self._queue]
-        self._retry.clear()
-        self._requeue.clear()
-        self._queue.clear()
-        for it in items:
-            if not it.future.done():
-                it.future.set_exception(exc)
+        """Fail every add waiting in a queue with ``exc``, and those still in flight should they fail."""
+        self._doom_arrived(exc)
 
     # ------------------------------------------------------------------ ledgers and rollover
 
@@ -326,8 +379,9 @@ class LedgerWriter:
         except LedgerFencedError:
             self._host.fence("the current ledger was fenced by another owner")
             raise ManagedLedgerFencedError(f"{self._name} is fenced") from None
-        except (LedgerError, ManagedLedgerError) as e:
-            # Keep what we know was confirmed; a later recovery of this ledger agrees with it.
+        except Exception as e:  # noqa: BLE001 - e.g. the metadata store is unavailable
+            # The ledger is sealed here all the same (its readers open it with recovery, which
+            # closes it in BookKeeper too); keep what we know was confirmed.
             log.warning("%s: closing ledger %d failed: %s", self._name, cur.ledger_id, e)
         else:
             cur.entries = max(cur.entries, handle.last_add_confirmed + 1)
@@ -360,7 +414,13 @@ class LedgerWriter:
                 return
 
     async def release(self, *, close_handle: bool) -> None:
-        """Let go of the write handle; ``close_handle`` closes it first (when it was not sealed)."""
+        """Let go of the write handle (``close_handle``: close it first, when it was not sealed) and
+        fail every add still waiting: each one ends with an error, none stays pending."""
         handle, self._handle = self._handle, None
         if close_handle and handle is not None:
             await self._storage.close_handle_quietly(handle)
+        err = ManagedLedgerClosedError(f"{self._name} is closed")
+        self._doom_arrived(err)
+        for it in list(self._items):
+            if not it.future.done():
+                it.future.set_exception(err)
