@@ -442,6 +442,7 @@ class ServerConnection(asyncio.Protocol):
                 topic.remove_producer(producer)
                 # Closed (CLOSE_PRODUCER) while being created: the request is still answered.
                 raise ServiceNotReadyError("Producer was closed while it was being created")
+            producer.ready = True
             last_sequence_id = topic.dedup.last_sequence_id(producer_name)
             self.write(
                 commands.producer_success(r.request_id, producer_name, last_sequence_id, schema_version, epoch)
@@ -452,9 +453,10 @@ class ServerConnection(asyncio.Protocol):
     def on_send(self, cmd: T, frame: Frame) -> None:
         s = cmd.send
         producer = self.producers.get(s.producer_id)
-        if producer is None:
-            # As Pulsar does: a SEND for an unknown producer means the client is confused; make it reconnect.
-            log.warning("closing connection from %s: SEND for unknown producer %d", self.peer, s.producer_id)
+        if producer is None or not producer.ready:
+            # As Pulsar does: a SEND for an unknown producer, or one not granted yet (a queued
+            # WaitForExclusive one), means the client is confused; make it reconnect.
+            log.warning("closing connection from %s: SEND for producer %d, not ready", self.peer, s.producer_id)
             self.close()
             return
         if frame.entry is None:

@@ -51,6 +51,8 @@ class Producer:
         self.connected_since = time.time()
         self.meter = Meter()
         self.closed = False
+        #: Granted by the topic (a WaitForExclusive producer is registered while still queued).
+        self.ready = False
 
     def enqueue(self, sequence_id: int, highest_sequence_id: int) -> PublishSlot:
         slot = PublishSlot(sequence_id, highest_sequence_id)

@@ -379,7 +379,7 @@ class LedgerWriter:
         except LedgerFencedError:
             self._host.fence("the current ledger was fenced by another owner")
             raise ManagedLedgerFencedError(f"{self._name} is fenced") from None
-        except Exception as e:  # noqa: BLE001 - e.g. the metadata store is unavailable
+        except Exception as e:
             # The ledger is sealed here all the same (its readers open it with recovery, which
             # closes it in BookKeeper too); keep what we know was confirmed.
             log.warning("%s: closing ledger %d failed: %s", self._name, cur.ledger_id, e)

@@ -139,3 +139,30 @@ def test_deduplication_survives_kill9(fresh_standalone: StandaloneProcess) -> No
     consumer = client.subscribe(topic, "s", initial_position=E)
     assert _drain(consumer) == [f"c{i}".encode() for i in range(25)]
     client.close()
+
+
+def test_wait_for_exclusive_producer_cannot_publish_before_granted(
+    standalone: StandaloneProcess, client: pulsar.Client, topic_name: str
+) -> None:
+    """A queued WaitForExclusive producer that sends anyway (a confused or hostile client) must not get
+    its message stored past the exclusive owner; as Pulsar does, the broker closes the connection."""
+    from magnetar.broker.protocol import pulsar_api_pb2 as pb
+    from tests.rawclient import RawClient, T
+
+    owner = client.create_producer(topic_name, access_mode=Mode.Exclusive)
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        cmd = T(type=T.PRODUCER)
+        cmd.producer.topic, cmd.producer.producer_id, cmd.producer.request_id = topic_name, 7, 1
+        cmd.producer.producer_access_mode = pb.WaitForExclusive
+        raw.send(cmd)
+        queued = raw.recv_until(T.PRODUCER_SUCCESS)
+        assert not queued.producer_success.producer_ready
+        raw.send_message(7, 0, b"sneaked in")
+        assert raw.is_closed(), "a SEND of a producer not yet granted must close the connection"
+    finally:
+        raw.close()
+    owner.send(b"owner's")
+    consumer = client.subscribe(topic_name, "s", initial_position=E)
+    assert _drain(consumer) == [b"owner's"]

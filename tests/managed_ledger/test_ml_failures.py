@@ -51,7 +51,7 @@ async def outcome(aw: Any, within: float) -> Position | BaseException:
             return await aw
     except TimeoutError:
         pytest.fail(f"an add did not end within {within}s")
-    except BaseException as e:  # noqa: BLE001 - the caller checks the kind
+    except BaseException as e:
         return e
 
 
@@ -155,7 +155,7 @@ async def test_rollover_failing_on_metadata_outage_recovers(etcd_stack) -> None:
     """A metadata-store outage during rollover (closing the full ledger fails) must not leave the
     managed ledger on a released write handle: once etcd is back, publishing works again."""
     server, store, client = etcd_stack
-    factory, ml, acked = await _rollover_during_outage(server, store, client)
+    factory, ml, _acked = await _rollover_during_outage(server, store, client)
     ok = None
     for i in range(20):  # bounded: each add ends within its timeout
         r = await outcome(ml.add_entry(f"after{i}".encode()), 10)
