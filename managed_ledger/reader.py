@@ -4,7 +4,8 @@ Misses are read in runs through one read handle per ledger, opened on first use 
 concurrent readers. As in Pulsar, a ledger is opened with recovery: one the managed ledger sealed
 after its BookKeeper close failed is still open there, and only recovery makes its last entries
 readable (for a ledger closed in BookKeeper the open is a plain metadata read). The current
-ledger is read through the writer's handle. A ledger trimmed while a read of it was under way yields no entries rather than an error.
+ledger is read through the writer's handle. A ledger trimmed while a read of it was under way
+yields no entries rather than an error.
 """
 
 from __future__ import annotations
