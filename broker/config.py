@@ -175,6 +175,15 @@ class BrokerConfig:
         "its data and subscriptions stay stored and it loads again on next use. Bounds the broker's memory to "
         "the topics in use; checked every `brokerDeleteInactiveTopicsFrequencySeconds`.",
     )
+    # -- publish back-pressure
+    max_pending_publish_requests_per_connection: int = _setting(
+        1000, "Sends awaiting persistence after which a connection is no longer read until half completed (0: off)."
+    )
+    max_message_publish_buffer_size_in_mb: int = _setting(
+        256,
+        "Payload of sends awaiting persistence, broker-wide, after which connections with producers are no longer "
+        "read until it is below half (0: off; Pulsar: half the direct memory).",
+    )
     # -- deduplication
     broker_deduplication_enabled: bool = _setting(
         False, "Deduplicate messages of namespaces and topics that do not decide for themselves."

@@ -88,6 +88,10 @@ class ServerConnection(asyncio.Protocol):
         self.tasks = TaskSet("connection")
         self._awaiting_pong = False
         self._keepalive: asyncio.TimerHandle | None = None
+        # Publish back-pressure (see broker/publish_buffer.py).
+        self._pending_sends = 0
+        self._too_many_sends = False
+        self._reading_paused = False
 
     # ------------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -133,6 +137,35 @@ class ServerConnection(asyncio.Protocol):
         for c in self.consumers.values():
             c.subscription.wakeup()
 
+    # ------------------------------------------------------------------ publish back-pressure
+    def publish_started(self, size: int) -> None:
+        """A SEND of ``size`` bytes awaits persistence: stop reading past the per-connection limit."""
+        self._pending_sends += 1
+        self.service.publish_buffer.add(size)
+        limit = self.config.max_pending_publish_requests_per_connection
+        if not self._too_many_sends and 0 < limit <= self._pending_sends:
+            self._too_many_sends = True
+            self.update_reading()
+
+    def publish_done(self, size: int) -> None:
+        """A SEND was answered: read again once half of the per-connection limit is free."""
+        self._pending_sends -= 1
+        self.service.publish_buffer.release(size)
+        if self._too_many_sends and self._pending_sends <= self.config.max_pending_publish_requests_per_connection // 2:
+            self._too_many_sends = False
+            self.update_reading()
+
+    def update_reading(self) -> None:
+        """Pause or resume reading the socket as the publish limits say."""
+        want = self._too_many_sends or (self.service.publish_buffer.throttled and bool(self.producers))
+        if want == self._reading_paused or self.transport is None or self.closed:
+            return
+        self._reading_paused = want
+        if want:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
     def write(self, *parts: bytes) -> None:
         """Queue frames; they are written together at the end of this event-loop turn."""
         if self.closed:
@@ -162,6 +195,10 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_keepalive(self) -> None:
         if self.closed:
+            return
+        if self._reading_paused:  # its PONG may be unread behind the sends we hold back
+            self._awaiting_pong = False
+            self._schedule_keepalive()
             return
         if self._awaiting_pong or not self.handshake_done:
             log.info("closing connection from %s: no response to keep-alive (or no CONNECT) in time", self.peer)

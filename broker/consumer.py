@@ -63,8 +63,9 @@ class Consumer:
 
     @property
     def available(self) -> bool:
-        """Whether the dispatcher may send to this consumer now."""
-        return self.permits > 0 and not self.blocked and not self.closed
+        """Whether the dispatcher may send to this consumer now: permits, and a connection whose
+        socket takes more (a reader that does not drain it gets nothing more until it does)."""
+        return self.permits > 0 and not self.blocked and not self.closed and self.connection.writable
 
     def flow(self, permits: int) -> None:
         self.permits += permits

@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 class PublishSlot:
     """One SEND awaiting persistence; receipts leave strictly in SEND order."""
 
-    __slots__ = ("error", "highest_sequence_id", "position", "sequence_id")
+    __slots__ = ("error", "highest_sequence_id", "position", "sequence_id", "size")
 
-    def __init__(self, sequence_id: int, highest_sequence_id: int) -> None:
+    def __init__(self, sequence_id: int, highest_sequence_id: int, size: int) -> None:
         self.sequence_id = sequence_id
         self.highest_sequence_id = highest_sequence_id
+        self.size = size
         self.position: Position | None = None
         self.error: tuple[pb.ServerError, str] | None = None
 
@@ -54,9 +55,11 @@ class Producer:
         #: Granted by the topic (a WaitForExclusive producer is registered while still queued).
         self.ready = False
 
-    def enqueue(self, sequence_id: int, highest_sequence_id: int) -> PublishSlot:
-        slot = PublishSlot(sequence_id, highest_sequence_id)
+    def enqueue(self, sequence_id: int, highest_sequence_id: int, size: int = 0) -> PublishSlot:
+        """A SEND of ``size`` bytes entered the pipeline (counted for back-pressure until answered)."""
+        slot = PublishSlot(sequence_id, highest_sequence_id, size)
         self.pending.append(slot)
+        self.connection.publish_started(size)
         return slot
 
     def complete(
@@ -70,6 +73,7 @@ class Producer:
         pid = self.producer_id
         while pending and (pending[0].position is not None or pending[0].error is not None):
             s = pending.popleft()
+            self.connection.publish_done(s.size)
             if self.closed:
                 continue
             if s.error is not None:

@@ -26,6 +26,7 @@ from magnetar.broker.listeners import advertised_host, own_broker_service_url, p
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.publish_buffer import PublishBuffer
 from magnetar.broker.resources import Resources
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.stats import sample_topic
@@ -63,6 +64,9 @@ class BrokerService:
         #: Bookie auto-recovery running in this broker (cluster mode), for its status and metrics.
         self.auto_recovery: Any = None
         self.connections: set[ServerConnection] = set()
+        self.publish_buffer = PublishBuffer(
+            config.max_message_publish_buffer_size_in_mb * 1024 * 1024, self._publish_buffer_changed
+        )
         #: Topic-list watchers (WATCH_TOPIC_LIST) of every connection, fed from the metadata store.
         self.topic_lists = TopicListService(store)
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
@@ -72,6 +76,11 @@ class BrokerService:
         #: The broker's own background work (stats, policy re-application, unloads, consumer detaches).
         self.tasks = TaskSet("broker service")
         self._instance = 0
+
+    def _publish_buffer_changed(self) -> None:
+        """The broker-wide publish buffer started or stopped throttling: every connection re-decides."""
+        for conn in list(self.connections):
+            conn.update_reading()
 
     @property
     def broker_service_url(self) -> str:

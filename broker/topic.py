@@ -210,7 +210,7 @@ class PersistentTopic:
         self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, data: bytes
     ) -> None:
         """Append one entry (a message or a whole batch); the receipt is sent once it is durable."""
-        slot = producer.enqueue(sequence_id, highest_sequence_id)
+        slot = producer.enqueue(sequence_id, highest_sequence_id, len(data))
         if self.terminated:
             producer.complete(slot, None, (pb.TopicTerminatedError, "Topic was already terminated"))
             return
