@@ -473,6 +473,8 @@ class _FakeCursor:
 
 
 class _FakeConnection:
+    writable = True  # its socket always takes more
+
     def __init__(self) -> None:
         self.got: list[tuple[str, int]] = []
 
