@@ -31,7 +31,13 @@ class FaultyBookieClient(BookieClient):
         self.fail_fence = False
         #: When set to an Event, adds wait for it before reaching the bookie.
         self.add_gate: asyncio.Event | None = None
+        #: A partitioned bookie whose connection stays open: reads, LAC reads and fences never answer.
+        self.black_hole = False
         self.reads = 0
+
+    async def _maybe_hang(self) -> None:
+        if self.black_hole:
+            await asyncio.Event().wait()
 
     def _fail(self, what: str) -> None:
         raise BookieUnavailableError(f"injected failure: {what} on {self.address}")
@@ -46,17 +52,20 @@ class FaultyBookieClient(BookieClient):
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         if self.fail_reads:
             self._fail("read")
+        await self._maybe_hang()
         self.reads += 1
         return await self.inner.read_entries(ledger_id, first, last)
 
     async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
         if self.fail_reads:
             self._fail("read_lac")
+        await self._maybe_hang()
         return await self.inner.read_last_add_confirmed(ledger_id)
 
     async def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
         if self.fail_fence:
             self._fail("fence")
+        await self._maybe_hang()
         return await self.inner.fence(ledger_id, master_key)
 
     async def delete_ledger(self, ledger_id: int) -> None:
