@@ -56,6 +56,8 @@ class LedgerClientConfig:
     bookie_op_timeout_s: float = 10.0
     #: Entries asked of one bookie in one read request.
     read_batch_entries: int = 256
+    #: Entries past the LAC a recovery reads in parallel per round (reads past the end are wasted).
+    recovery_read_window: int = 32
     #: Compare-and-swap retries before a metadata update gives up.
     metadata_retries: int = 10
 

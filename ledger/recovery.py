@@ -67,7 +67,7 @@ async def recover_ledger(
     try:
         futures = []
         entry_id = max_lac + 1
-        window = max(1, ctx.config.read_batch_entries)
+        window = max(1, ctx.config.recovery_read_window)
         end_found = False
         while not end_found:
             results = await asyncio.gather(
