@@ -191,6 +191,14 @@ class BrokerConfig:
     broker_deduplication_entries_interval: int = _setting(
         1000, "Entries between snapshots of a topic's deduplication state."
     )
+    broker_deduplication_max_number_of_producers: int = _setting(
+        10000,
+        "Producer names a deduplication snapshot persists (connected ones first, then the most recently active); "
+        "bounds the stored value.",
+    )
+    broker_deduplication_producer_inactivity_timeout_minutes: int = _setting(
+        360, "A disconnected producer's deduplication state is forgotten after this long."
+    )
     # -- delayed delivery
     delayed_delivery_enabled: bool = _setting(
         True, "Hold messages with a delivery time until it comes (Shared and Key_Shared)."
@@ -248,6 +256,12 @@ class BrokerConfig:
         10, "A ledger is not rolled over before this age."
     )
     managed_ledger_max_ledger_rollover_time_minutes: float = _setting(240, "A ledger is rolled over at this age.")
+    managed_ledger_max_unacked_ranges_to_persist: int = _setting(
+        10000, "Ack holes (individually acked ranges) persisted per cursor; more are kept in memory only."
+    )
+    managed_ledger_max_batch_deleted_index_to_persist: int = _setting(
+        10000, "Partly acked batches whose index state is persisted per cursor; more are kept in memory only."
+    )
     managed_ledger_cursor_flush_interval_ms: int = _setting(
         100, "Cursor acks are persisted in groups at this interval; ACKs with a receipt wait for it (Magnetar's own)."
     )

@@ -7,11 +7,16 @@ stored again; otherwise its fate is still unknown and the producer is asked to r
 persisted map is snapshotted into the properties of a hidden durable cursor (``pulsar.dedup``)
 every ``brokerDeduplicationEntriesInterval`` entries; on load the snapshot is read back and the
 entries written after it are replayed, so the state survives a broker crash exactly.
+
+The snapshot is bounded, as in Pulsar: it holds at most ``brokerDeduplicationMaxNumberOfProducers``
+names (connected producers first, then the most recently active), and a producer disconnected for
+``brokerDeduplicationProducerInactivityTimeoutMinutes`` is forgotten (:meth:`purge_inactive`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -42,7 +47,14 @@ class Deduplication:
         self.persisted: dict[str, int] = {}
         self._cursor: ManagedCursor | None = None
         self._since_snapshot = 0
-        self._interval = topic.service.config.broker_deduplication_entries_interval
+        config = topic.service.config
+        self._interval = config.broker_deduplication_entries_interval
+        self._max_producers = config.broker_deduplication_max_number_of_producers
+        self._inactivity_s = config.broker_deduplication_producer_inactivity_timeout_minutes * 60
+        #: Producer name -> when (monotonic) its last producer disconnected; absent while connected.
+        self._inactive_since: dict[str, float] = {}
+        #: Names written to the snapshot cursor's properties (to remove the ones no longer kept).
+        self._snapshotted: set[str] = set()
 
     async def enable(self) -> None:
         """Turn deduplication on: recover the snapshot and replay what was written after it."""
@@ -62,6 +74,9 @@ class Deduplication:
         self.persisted = persisted
         self.pushed = dict(persisted)
         self._cursor = cursor
+        self._snapshotted = set(cursor.properties)
+        now = time.monotonic()  # recovered names count as disconnected from now on
+        self._inactive_since = dict.fromkeys(persisted, now)
         self.enabled = True
         if replayed:
             log.debug(
@@ -88,6 +103,8 @@ class Deduplication:
         its first message is one.
         """
         highest = max(sequence_id, highest_sequence_id)
+        if self._inactive_since:
+            self._inactive_since.pop(producer_name, None)
         if sequence_id <= self.pushed.get(producer_name, -1):
             if sequence_id <= self.persisted.get(producer_name, -1):
                 return Verdict.DUPLICATE
@@ -107,14 +124,42 @@ class Deduplication:
         """A pushed message failed to persist: the producer may resend it."""
         self.pushed[producer_name] = self.persisted.get(producer_name, -1)
 
+    def producer_connected(self, producer_name: str) -> None:
+        """A producer of that name is connected: its state is kept while it is."""
+        self._inactive_since.pop(producer_name, None)
+
+    def producer_disconnected(self, producer_name: str) -> None:
+        """The producer of that name left: its state is purged after the inactivity timeout."""
+        self._inactive_since[producer_name] = time.monotonic()
+
+    def purge_inactive(self, now: float | None = None) -> None:
+        """Forget producers disconnected longer than the inactivity timeout (the next snapshot drops them)."""
+        if now is None:
+            now = time.monotonic()
+        expired = [n for n, since in self._inactive_since.items() if now - since >= self._inactivity_s]
+        for name in expired:
+            del self._inactive_since[name]
+            self.pushed.pop(name, None)
+            self.persisted.pop(name, None)
+
     def snapshot(self, position: Position) -> None:
-        """Record the persisted map at ``position`` (everything up to it is covered)."""
+        """Record the persisted map at ``position`` (everything up to it is covered), bounded."""
         cursor = self._cursor
         if cursor is None:
             return
         self._since_snapshot = 0
-        for name, seq in self.persisted.items():
-            cursor.set_property(name, str(seq))
+        names = list(self.persisted)
+        if len(names) > self._max_producers:
+            inactive = self._inactive_since
+            # Connected producers first (inf), then the most recently active.
+            names.sort(key=lambda n: inactive.get(n, float("inf")), reverse=True)
+            names = names[: max(self._max_producers, 0)]
+        kept = set(names)
+        for name in self._snapshotted - kept:
+            cursor.set_property(name, None)
+        for name in names:
+            cursor.set_property(name, str(self.persisted[name]))
+        self._snapshotted = kept
         if position > cursor.mark_delete_position:
             cursor.mark_delete(position)
 

@@ -39,6 +39,7 @@ class Housekeeper:
             ("message-ttl", c.message_expiry_check_interval_in_minutes * 60, self.expire_messages),
             ("subscription-expiry", c.subscription_expiry_check_interval_in_minutes * 60, self.expire_subscriptions),
         ]
+        jobs.append(("dedup-purge", 60.0, self.purge_inactive_producers))
         if c.backlog_quota_check_enabled:
             jobs.append(("backlog-quota", c.backlog_quota_check_interval_in_seconds, self.check_backlog_quotas))
         if c.broker_delete_inactive_topics_enabled:
@@ -94,6 +95,13 @@ class Housekeeper:
                 if sub.durable and not sub.consumers and now_ms - idle_since > minutes * 60_000:
                     log.info("deleting subscription %s of %s: inactive for over %s minutes", name, topic.name, minutes)
                     await sub.unsubscribe(None, force=True)
+
+    # ------------------------------------------------------------------ deduplication state
+    async def purge_inactive_producers(self) -> None:
+        """Forget the deduplication state of producers gone longer than the inactivity timeout."""
+        for topic in self.service.loaded_topics():
+            if topic.dedup.enabled:
+                topic.dedup.purge_inactive()
 
     # ------------------------------------------------------------------ inactive topics
     async def delete_inactive_topics(self) -> None:

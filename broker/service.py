@@ -293,6 +293,8 @@ class BrokerService:
             retention_time_seconds=c.default_retention_time_in_minutes * 60,
             retention_size_bytes=c.default_retention_size_in_mb * 1024 * 1024,
             cursor_flush_interval_seconds=c.managed_ledger_cursor_flush_interval_ms / 1000,
+            max_unacked_ranges_to_persist=c.managed_ledger_max_unacked_ranges_to_persist,
+            max_batch_deleted_index_to_persist=c.managed_ledger_max_batch_deleted_index_to_persist,
         )
 
     # ------------------------------------------------------------------ topic administration

@@ -164,7 +164,7 @@ class PersistentTopic:
         if mode == pb.Shared:
             if self.exclusive_producer is not None:
                 raise ProducerBusyError("Topic has an existing exclusive producer")
-            self.producers[producer.name] = producer
+            self._attach(producer)
             return None
         if mode == pb.Exclusive:
             if self.exclusive_producer is not None or self.producers:
@@ -189,12 +189,19 @@ class PersistentTopic:
             self.topic_epoch = (self.topic_epoch or 0) + 1
             await self.ledger.set_properties({TOPIC_EPOCH_PROPERTY: str(self.topic_epoch)})
         self.exclusive_producer = producer
-        self.producers[producer.name] = producer
+        self._attach(producer)
         return self.topic_epoch
+
+    def _attach(self, producer: Producer) -> None:
+        self.producers[producer.name] = producer
+        if self.dedup.enabled:
+            self.dedup.producer_connected(producer.name)
 
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            if self.dedup.enabled:
+                self.dedup.producer_disconnected(producer.name)
         if self.exclusive_producer is producer:
             self.exclusive_producer = None
             self._grant_next_waiter()

@@ -77,6 +77,11 @@ class ManagedLedgerConfig:
     retention_size_bytes: int = 0
     #: How long cursor changes may stay in memory before they are persisted (group commit).
     cursor_flush_interval_seconds: float = 0.1
+    #: Individually-acked ranges persisted per cursor (the first ones; later ones are tracked in
+    #: memory only and redelivered after a crash), bounding the stored value.
+    max_unacked_ranges_to_persist: int = 10_000
+    #: Partly acked batches whose index state is persisted per cursor (the oldest ones), likewise.
+    max_batch_deleted_index_to_persist: int = 10_000
 
 
 class ManagedCursor(abc.ABC):

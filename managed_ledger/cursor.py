@@ -21,6 +21,7 @@ from magnetar.managed_ledger.api import (
     Entry,
     ManagedCursor,
     ManagedLedgerClosedError,
+    ManagedLedgerConfig,
     ManagedLedgerError,
     ManagedLedgerFencedError,
     Position,
@@ -31,15 +32,13 @@ from magnetar.metadata.api import NOT_EXISTS, MetadataError
 
 log = logging.getLogger(__name__)
 
-#: Individually-acked ranges persisted per cursor; later ones are dropped (redelivered after a
-#: restart) to bound the stored value, as Pulsar's managedLedgerMaxUnackedRangesToPersist does.
-MAX_PERSISTED_RANGES = 10_000
-
-
 class CursorLedger(Protocol):
     """The managed ledger as its cursors see it (what :class:`ManagedCursorImpl` may call)."""
 
     name: str
+
+    @property
+    def config(self) -> ManagedLedgerConfig: ...
 
     @property
     def last_confirmed_entry(self) -> Position: ...
@@ -446,14 +445,17 @@ class ManagedCursorImpl(ManagedCursor):
         if self._active:
             self._last_active_ms = int(time.time() * 1000)
             self._active = False
-        ranges = self._acked.to_list()
-        if len(ranges) > MAX_PERSISTED_RANGES:
-            ranges = ranges[:MAX_PERSISTED_RANGES]
+        # Both are capped so the stored value stays bounded (Pulsar's managedLedgerMaxUnackedRangesToPersist
+        # and managedLedgerMaxBatchDeletedIndexToPersist): what is left out lives in memory only and
+        # is redelivered after a crash, and persisting never stops.
+        cfg = self._ml.config
+        ranges = self._acked.to_list()[: max(cfg.max_unacked_ranges_to_persist, 0)]
         if self._batch:
             # Entries acked in full since their batch state was recorded need it no more.
             for pos in [p for p in self._batch if self.is_acked(p)]:
                 del self._batch[pos]
-        batches = [[p.ledger_id, p.entry_id, *words] for p, words in self._batch.items()]
+        kept = sorted(self._batch)[: max(cfg.max_batch_deleted_index_to_persist, 0)]
+        batches = [[p.ledger_id, p.entry_id, *self._batch[p]] for p in kept]
         return CursorInfo(self._md, ranges, dict(self._props), self._last_active_ms, batches)
 
     async def create(self) -> None:

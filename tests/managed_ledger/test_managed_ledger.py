@@ -527,3 +527,24 @@ async def test_batch_index_state_persists(make_factory: MakeFactory) -> None:
     assert again.batch_unacked(positions[2]) is None
     await again.reset(positions[0])
     assert again.batch_unacked(positions[1]) is None
+
+
+async def test_persisted_batch_index_state_is_capped(make_factory: MakeFactory, store: EmbeddedMetadataStore) -> None:
+    """The batch-index ack state persisted in the cursor's metadata value is bounded (Pulsar's
+    managedLedgerMaxBatchDeletedIndexToPersist): past the cap the oldest partly acked batches are
+    kept; the rest is tracked in memory only (redelivered after a crash) and persisting never stops."""
+    factory = make_factory()
+    ml = await open_ml(factory, max_batch_deleted_index_to_persist=3, max_unacked_ranges_to_persist=2)
+    cursor = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    positions = await add(ml, 12)
+    for p in positions[:10]:
+        cursor.set_batch_unacked(p, [0b110])
+    cursor.delete([positions[1], positions[3], positions[5], positions[7]])  # 4 ack holes
+    await cursor.flush()
+    stored = await store.get(cursor_path(NAME, "sub"))
+    assert stored is not None
+    doc = json.loads(stored.data)
+    assert [item[:2] for item in doc["batchIndexes"]] == [list(p) for p in (positions[0], positions[2], positions[4])]
+    assert len(doc["individuallyDeleted"]) == 2
+    assert cursor.batch_unacked(positions[9]) == [0b110]  # still tracked in memory
+    await factory.close()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from magnetar.bookie.api import BookieClient
 from magnetar.bookie.bookie import Bookie
 from magnetar.bookie.local import LocalBookieClient
 from magnetar.ledger.client import BookieLedgerClient
@@ -28,20 +29,34 @@ from tests.managed_ledger.ml_memory_ledger import MemoryLedgerClient
 NAME = "public/default/persistent/failures"
 
 
-class BlackHoleBookieClient(LocalBookieClient):
-    """A real in-process bookie whose adds, once ``black_hole`` is set, are never answered
-    (a partitioned bookie that keeps its connection open)."""
+class BlackHoleBookieClient(BookieClient):
+    """FAULT-INJECTION TEST DOUBLE: forwards to a real in-process bookie, but once ``black_hole`` is
+    set its adds are never answered (a partitioned bookie that keeps its connection open)."""
 
     def __init__(self, bookie: Bookie) -> None:
-        super().__init__(bookie)
+        self.inner = LocalBookieClient(bookie)
+        self.address = self.inner.address
         self.black_hole = False
-        # No future-returning fast path: every add goes through add_entry below.
-        self.add_entry_nowait = None  # type: ignore[assignment]
 
     async def add_entry(self, *args: Any, **kwargs: Any) -> None:
         if self.black_hole:
             await asyncio.Event().wait()
-        await super().add_entry(*args, **kwargs)
+        await self.inner.add_entry(*args, **kwargs)
+
+    async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
+        return await self.inner.read_entries(ledger_id, first, last)
+
+    async def read_last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
+        return await self.inner.read_last_add_confirmed(ledger_id)
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
+        return await self.inner.fence(ledger_id, master_key)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await self.inner.delete_ledger(ledger_id)
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 async def outcome(aw: Any, within: float) -> Position | BaseException:
