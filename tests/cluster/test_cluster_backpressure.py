@@ -37,8 +37,11 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-@pytest.fixture
-def small_cluster(tmp_path: Path) -> Iterator[tuple[object, ClusterBroker]]:
+@pytest.fixture(
+    params=[("20", "1024"), ("100000", "2")],
+    ids=["per-connection-limit", "broker-wide-buffer"],
+)
+def small_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[object, ClusterBroker]]:
     from tests.bookie_network.conftest import BookieProcess
 
     etcd = EtcdServer(tmp_path / "etcd")
@@ -51,8 +54,8 @@ def small_cluster(tmp_path: Path) -> Iterator[tuple[object, ClusterBroker]]:
             "managedLedgerDefaultEnsembleSize": "1",
             "managedLedgerDefaultWriteQuorum": "1",
             "managedLedgerDefaultAckQuorum": "1",
-            "maxPendingPublishRequestsPerConnection": "20",
-            "maxMessagePublishBufferSizeInMB": "4",
+            "maxPendingPublishRequestsPerConnection": request.param[0],
+            "maxMessagePublishBufferSizeInMB": request.param[1],
         },
     )
     try:
