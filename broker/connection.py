@@ -141,10 +141,13 @@ class ServerConnection(asyncio.Protocol):
     def publish_started(self, size: int) -> None:
         """A SEND of ``size`` bytes awaits persistence: stop reading past the per-connection limit."""
         self._pending_sends += 1
-        self.service.publish_buffer.add(size)
+        buffer = self.service.publish_buffer
+        buffer.add(size)
         limit = self.config.max_pending_publish_requests_per_connection
         if not self._too_many_sends and 0 < limit <= self._pending_sends:
             self._too_many_sends = True
+            self.update_reading()
+        elif buffer.throttled and not self._reading_paused:  # e.g. connected after throttling began
             self.update_reading()
 
     def publish_done(self, size: int) -> None:
