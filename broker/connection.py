@@ -434,6 +434,8 @@ class ServerConnection(asyncio.Protocol):
         async def work() -> None:
             existing = self.producers.get(r.producer_id)
             if existing is not None:
+                if not existing.ready:  # still queued (WaitForExclusive): as Pulsar, not a second grant
+                    raise BrokerError("Producer is already present on the connection", pb.ServiceNotReady)
                 if str(existing.topic.name) == str(TopicName.parse(r.topic)):
                     self.write(
                         commands.producer_success(

@@ -159,6 +159,11 @@ def test_wait_for_exclusive_producer_cannot_publish_before_granted(
         raw.send(cmd)
         queued = raw.recv_until(T.PRODUCER_SUCCESS)
         assert not queued.producer_success.producer_ready
+        # The same PRODUCER again (a client retrying) is not told it is ready either (Pulsar: ServiceNotReady).
+        cmd.producer.request_id = 2
+        raw.send(cmd)
+        again = raw.recv_until_any({T.PRODUCER_SUCCESS, T.ERROR})
+        assert again.type == T.ERROR and again.error.error == pb.ServiceNotReady, again
         raw.send_message(7, 0, b"sneaked in")
         assert raw.is_closed(), "a SEND of a producer not yet granted must close the connection"
     finally:
