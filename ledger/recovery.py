@@ -113,9 +113,7 @@ async def _claim(ctx: LedgerContext, ledger_id: int, md: LedgerMetadata, version
     raise LedgerError(f"could not mark ledger {ledger_id} in recovery: too many metadata conflicts")
 
 
-async def _first_decided(
-    aws: list[Any], decide: Callable[[int, Any], tuple[bool, Any]]
-) -> tuple[bool, Any, list[Any]]:
+async def _first_decided(aws: list[Any], decide: Callable[[int, Any], tuple[bool, Any]]) -> tuple[bool, Any, list[Any]]:
     """Run ``aws`` at once; after each completes (index, result or exception) ``decide`` says whether
     the answer is known. Returns ``(decided, answer, results so far)``; the rest are cancelled."""
     tasks = [asyncio.ensure_future(aw) for aw in aws]

@@ -32,6 +32,7 @@ from magnetar.metadata.api import NOT_EXISTS, MetadataError
 
 log = logging.getLogger(__name__)
 
+
 class CursorLedger(Protocol):
     """The managed ledger as its cursors see it (what :class:`ManagedCursorImpl` may call)."""
 

@@ -155,18 +155,6 @@ class LedgerWriter:
         item.future.add_done_callback(lambda _f: self._items.discard(item))
         return item
 
-    def _doom_arrived(self, exc: ManagedLedgerError) -> None:
-        """Fail every add that arrived so far and is not stored yet (queued now, or failing later)."""
-        self._doomed_before = self._next_seq
-        self._doomed_error = exc
-        items = [*self._retry, *self._requeue, *self._queue]
-        self._retry.clear()
-        self._requeue.clear()
-        self._queue.clear()
-        for it in items:
-            if not it.future.done():
-                it.future.set_exception(exc)
-
     def _doomed(self) -> ManagedLedgerError:
         err = self._doomed_error
         assert err is not None
@@ -200,7 +188,7 @@ class LedgerWriter:
             attempts = 1 if item is None else item.attempts + 1
             if not self._host.writable or attempts >= MAX_ADD_ATTEMPTS:
                 err = ManagedLedgerError(f"{self._name}: add failed: {e}")
-                self._doom_arrived(err)
+                self.fail_queued(err)
                 raise err from e
             if item is None:
                 item = self._new_item(data, seq)
@@ -287,8 +275,17 @@ class LedgerWriter:
                 item.future.set_result(pos)
 
     def fail_queued(self, exc: ManagedLedgerError) -> None:
-        """Fail every add waiting in a queue with ``exc``, and those still in flight should they fail."""
-        self._doom_arrived(exc)
+        """Fail with ``exc`` every add that arrived so far and is not stored yet: queued ones now,
+        in-flight ones should their write fail (none of them is retried)."""
+        self._doomed_before = self._next_seq
+        self._doomed_error = exc
+        items = [*self._retry, *self._requeue, *self._queue]
+        self._retry.clear()
+        self._requeue.clear()
+        self._queue.clear()
+        for it in items:
+            if not it.future.done():
+                it.future.set_exception(exc)
 
     # ------------------------------------------------------------------ ledgers and rollover
 
@@ -420,7 +417,7 @@ class LedgerWriter:
         if close_handle and handle is not None:
             await self._storage.close_handle_quietly(handle)
         err = ManagedLedgerClosedError(f"{self._name} is closed")
-        self._doom_arrived(err)
+        self.fail_queued(err)
         for it in list(self._items):
             if not it.future.done():
                 it.future.set_exception(err)

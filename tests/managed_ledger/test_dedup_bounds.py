@@ -42,9 +42,7 @@ async def test_snapshot_keeps_at_most_the_configured_producers(store, memory_cli
 
 
 async def test_inactive_producers_are_purged(store, memory_client) -> None:  # type: ignore[no-untyped-def]
-    factory, ml, dedup = await _dedup(
-        store, memory_client, broker_deduplication_producer_inactivity_timeout_minutes=1
-    )
+    factory, ml, dedup = await _dedup(store, memory_client, broker_deduplication_producer_inactivity_timeout_minutes=1)
     await _publish(ml, dedup, "gone", 0)
     await _publish(ml, dedup, "stays", 0)
     dedup.producer_disconnected("gone")
