@@ -86,6 +86,26 @@ class BrokerConfig:
     topic_level_policies_enabled: bool = _setting(
         True, "Serve topic-level policies; when false their admin endpoints answer 405."
     )
+    # -- several brokers on one metadata store (cluster mode; standalone owns every bundle itself)
+    metadata_store_session_timeout_millis: int = _setting(
+        30_000, "Lease of this broker's registration and bundle ownership: a broker silent this long loses its bundles."
+    )
+    load_balancer_report_update_min_interval_millis: int = _setting(
+        5_000, "How often this broker publishes its load report (topics, bundles, rates, CPU, memory)."
+    )
+    load_balancer_enabled: bool = _setting(True, "Run the load manager (bundle shedding and automatic splits).")
+    load_balancer_shedding_enabled: bool = _setting(True, "Let the leader unload bundles from overloaded brokers.")
+    load_balancer_shedding_interval_minutes: float = _setting(1, "Period of the leader's shedding pass.")
+    load_balancer_broker_overloaded_threshold_percentage: int = _setting(
+        85, "A broker whose load exceeds the mean by more than this (percent) sheds a bundle."
+    )
+    load_balancer_auto_bundle_split_enabled: bool = _setting(True, "Split bundles with too many topics.")
+    load_balancer_namespace_bundle_max_topics: int = _setting(
+        1000, "A bundle with more topics than this is split in two by its owner."
+    )
+    broker_shutdown_timeout_ms: int = _setting(
+        60_000, "Longest graceful shutdown (SIGTERM: readiness off, bundles unloaded, then close)."
+    )
     # -- auto-recovery (BookKeeper's names; a cluster broker can run it in-process)
     auto_recovery_daemon_enabled: bool = _setting(
         True, "Run bookie auto-recovery inside this (cluster) broker (BookKeeper's autoRecoveryDaemonEnabled)."

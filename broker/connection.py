@@ -348,11 +348,14 @@ class ServerConnection(asyncio.Protocol):
 
         async def work() -> None:
             topic = TopicName.parse(r.topic)
-            await self.service.check_namespace(topic)
             # As Pulsar: the client's listener name, else the one of the socket it came in on.
             name = r.advertised_listener_name if r.advertised_listener_name.strip() else self.listener_name
-            url, url_tls = self.service.lookup_urls(name)
-            self.write(commands.lookup_connect(r.request_id, url, url_tls))
+            answer = await self.service.lookup(topic, r.authoritative, name)
+            if answer.redirect:
+                self.write(commands.lookup_redirect(r.request_id, answer.broker_url, answer.broker_url_tls,
+                                                    answer.authoritative))  # fmt: skip
+            else:
+                self.write(commands.lookup_connect(r.request_id, answer.broker_url, answer.broker_url_tls))
 
         self._spawn(r.request_id, work(), commands.lookup_error)
 
@@ -486,9 +489,7 @@ class ServerConnection(asyncio.Protocol):
                 raise ServiceNotReadyError("Producer was closed while it was being created")
             producer.ready = True
             last_sequence_id = topic.dedup.last_sequence_id(producer_name)
-            self.write(
-                commands.producer_success(r.request_id, producer_name, last_sequence_id, schema_version, epoch)
-            )
+            self.write(commands.producer_success(r.request_id, producer_name, last_sequence_id, schema_version, epoch))
 
         self._spawn(r.request_id, work())
 

@@ -23,6 +23,7 @@ from magnetar.broker.errors import (
 )
 from magnetar.broker.housekeeping import Housekeeper, enforce_backlog_quota
 from magnetar.broker.listeners import advertised_host, own_broker_service_url, parse_listeners
+from magnetar.broker.namespace_service import LookupAnswer, NamespaceService
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -76,6 +77,9 @@ class BrokerService:
         #: The broker's own background work (stats, policy re-application, unloads, consumer detaches).
         self.tasks = TaskSet("broker service")
         self._instance = 0
+        #: Bundle ownership and lookups among several brokers (cluster mode); ``None``: this broker
+        #: serves everything (standalone).
+        self.namespaces: NamespaceService | None = None
 
     def _publish_buffer_changed(self) -> None:
         """The broker-wide publish buffer started or stopped throttling: every connection re-decides."""
@@ -131,6 +135,10 @@ class BrokerService:
             )
             self._extra_servers.append(server)
             log.info("broker listening on %s:%d for listener %s", bind.host, bind.port, bind.listener_name)
+        if self.config.metadata_store_url:  # a cluster broker shares topics with the others
+            namespaces = NamespaceService(self)
+            await namespaces.start()
+            self.namespaces = namespaces
 
     def _on_policies_changed(self, name: str) -> None:
         """A namespace's or topic's policies changed (here or on another broker): re-apply them."""
@@ -204,6 +212,20 @@ class BrokerService:
             return await self.resources.get_partitions(topic)
         return 0
 
+    async def lookup(self, topic: TopicName, authoritative: bool, listener_name: str) -> LookupAnswer:
+        """Where ``topic`` is served: this broker (standalone: always), another owner, or a redirect."""
+        await self.check_namespace(topic)
+        if self.namespaces is not None:
+            return await self.namespaces.lookup(topic, authoritative, listener_name)
+        if self.config.metadata_store_url:
+            raise BrokerError("The broker is starting", pb.ServiceNotReady)
+        url, url_tls = self.lookup_urls(listener_name)
+        return LookupAnswer(False, url, url_tls or "", self.web_service_url, True)
+
+    def may_write(self) -> bool:
+        """Whether this broker may persist now (cluster mode: its ownership lease is surely alive)."""
+        return self.namespaces is None or self.namespaces.may_write()
+
     async def list_topics(self, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
         """Topics of a namespace for GET_TOPICS_OF_NAMESPACE (partitions listed individually)."""
         tenant, _, ns = namespace.partition("/")
@@ -248,6 +270,9 @@ class BrokerService:
             del self._topics[key]
 
     async def _load(self, name: TopicName, create: bool, explicit: bool = False) -> PersistentTopic:
+        if self.namespaces is not None:
+            await self.check_namespace(name)
+            await self.namespaces.check_owned(name)
         if not name.persistent:
             return await self._load_non_persistent(name, create, explicit)  # type: ignore[return-value]
         await self.check_namespace(name)
@@ -358,9 +383,7 @@ class BrokerService:
     def _check_partition_limit(self, partitions: int) -> None:
         limit = self.config.max_num_partitions_per_partitioned_topic or MAX_PARTITIONS
         if partitions > limit:
-            raise BrokerError(
-                f"Number of partitions should be less than or equal to {limit}", http_status=412
-            )
+            raise BrokerError(f"Number of partitions should be less than or equal to {limit}", http_status=412)
 
     async def existing_partitions(self, name: TopicName) -> list[TopicName]:
         """Partitions of ``name`` that exist (stored or loaded), in index order — one metadata listing,
@@ -426,7 +449,12 @@ class BrokerService:
         await topic.close()
 
     async def close(self) -> None:
-        """Stop accepting, close client connections and every topic (flushing cursors)."""
+        """Stop accepting, close client connections and every topic (flushing cursors).
+
+        A cluster broker first unloads its bundles so other brokers take them over at once."""
+        if self.namespaces is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.namespaces.shutdown(), self.config.broker_shutdown_timeout_ms / 1000)
         self.tasks.cancel()
         await self.housekeeper.close()
         self.policies.close()

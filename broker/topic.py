@@ -221,6 +221,9 @@ class PersistentTopic:
         if self.terminated:
             producer.complete(slot, None, (pb.TopicTerminatedError, "Topic was already terminated"))
             return
+        if not self.service.may_write():  # lost the ownership lease: never write again
+            producer.complete(slot, None, (pb.PersistenceError, "This broker no longer owns the topic"))
+            return
         dedup = self.dedup
         if dedup.enabled:
             verdict = dedup.check(producer.name, sequence_id, highest_sequence_id)

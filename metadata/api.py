@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import inspect
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -132,6 +133,11 @@ class Session(abc.ABC):
     @property
     @abc.abstractmethod
     def id(self) -> int: ...
+
+    @property
+    def valid_until(self) -> float:
+        """``time.monotonic()`` until which the session is surely alive (its keys still ours)."""
+        return math.inf
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from aetcd import rpc
@@ -39,6 +40,8 @@ class EtcdSession(Session):
         self.expired = False
         self.keepalives = 0
         self._tasks = TaskSet(f"etcd lease {lease_id:x}")
+        # The grant was answered just now; renewals move this on from the time they were sent.
+        self._valid_until = time.monotonic() + ttl
 
     @property
     def id(self) -> int:
@@ -58,6 +61,7 @@ class EtcdSession(Session):
         transport = self._transport
         while not self.closed and not transport.closed:
             await asyncio.sleep(interval)
+            sent = time.monotonic()
             try:
                 ttl = await transport.renew(self._id, deadline=min(transport.op_timeout_seconds, self.ttl / 3))
             except MetadataError as e:
@@ -65,11 +69,17 @@ class EtcdSession(Session):
                 interval = min(0.25, self.ttl / 3)  # retry soon: the lease runs down meanwhile
                 continue
             if ttl <= 0:
+                self._valid_until = 0.0
                 self.expired = True
                 log.warning("etcd session %x expired: its ephemeral keys are gone", self._id)
                 return
             self.keepalives += 1
+            self._valid_until = sent + ttl
             interval = self.ttl / 3
+
+    @property
+    def valid_until(self) -> float:
+        return self._valid_until
 
     async def close(self) -> None:
         """Revoke the lease (deleting its ephemeral keys).

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from magnetar.broker.admin import (
     brokers,
+    bundles,
     clusters,
     lookup,
     metrics,
@@ -16,10 +17,11 @@ from magnetar.broker.admin import (
     topics,
 )
 from magnetar.broker.admin.api import SERVICE_KEY, error_middleware, json_response, openapi_document
+from magnetar.broker.admin.redirects import ownership_redirect
 from magnetar.broker.service import BrokerService
 
 #: Modules whose ``routes`` are served; each owns one part of the API.
-MODULES = [brokers, lookup, topics, subscriptions, metrics, clusters, tenants, namespaces, topic_policies]
+MODULES = [brokers, bundles, lookup, topics, subscriptions, metrics, clusters, tenants, namespaces, topic_policies]
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -29,7 +31,9 @@ async def openapi(request: web.Request) -> web.Response:
 
 def build_app(service: BrokerService) -> web.Application:
     """The web application, bound to ``service``."""
-    app = web.Application(client_max_size=service.config.max_frame_size, middlewares=[error_middleware])
+    app = web.Application(
+        client_max_size=service.config.max_frame_size, middlewares=[error_middleware, ownership_redirect]
+    )
     app[SERVICE_KEY] = service
     for module in MODULES:
         app.router.add_routes(module.routes.table)

@@ -19,14 +19,26 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-@routes.get("/admin/v2/brokers/ready", summary="Broker readiness", responses={200: "ok"})
+@routes.get(
+    "/admin/v2/brokers/ready",
+    summary="Broker readiness (false once a graceful shutdown began)",
+    responses={200: "ok", 503: "not ready"},
+)
 async def ready(request: web.Request) -> web.Response:
+    namespaces = service_of(request).namespaces
+    if namespaces is not None and not (namespaces.ready and namespaces.may_write()):
+        return json_response({"reason": "broker is not ready"}, 503)
     return web.Response(text="ok")
 
 
 @routes.get("/admin/v2/brokers/leaderBroker", summary="The leader broker", responses={200: "leader"})
 async def leader(request: web.Request) -> web.Response:
     service = service_of(request)
+    if service.namespaces is not None:
+        info = await service.namespaces.registry.leader()
+        if info is None:
+            raise not_found("No leader broker")
+        return json_response({"serviceUrl": info.web_service_url, "brokerId": info.broker_id})
     return json_response({"serviceUrl": service.web_service_url, "brokerId": _broker_id(request)})
 
 
@@ -54,7 +66,8 @@ async def list_brokers(request: web.Request) -> web.Response:
     cluster = request.match_info["cluster"]
     if await service.resources.get_cluster(cluster) is None:
         raise not_found("Cluster does not exist")
-    # One broker per cluster until multi-broker clusters exist.
+    if service.namespaces is not None and cluster == service.config.cluster_name:
+        return json_response(sorted(b.broker_id for b in await service.namespaces.registry.brokers()))
     return json_response([_broker_id(request)] if cluster == service.config.cluster_name else [])
 
 

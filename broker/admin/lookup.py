@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from magnetar.broker.admin.api import Routes, bad_request, json_response, not_found, service_of
+from magnetar.broker.admin.api import RestError, Routes, bad_request, json_response, not_found, service_of
+from magnetar.broker.admin.redirects import redirect_target
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.topic_name import TopicName
 
@@ -27,16 +28,21 @@ async def lookup_topic(request: web.Request) -> web.Response:
         raise not_found(exc.message) from None
     # The query parameter wins over the header (PIP-95: the header is for gateways that cannot set queries).
     listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or ""
+    authoritative = request.query.get("authoritative", "false").lower() == "true"
     try:
-        url, url_tls = service.lookup_urls(listener.strip())
+        answer = await service.lookup(topic, authoritative, listener.strip())
     except BrokerError as exc:
-        raise bad_request(exc.message) from None  # PIP-95: 400 for a listener name the broker does not have
+        if "listener" in exc.message:
+            raise bad_request(exc.message) from None  # PIP-95: 400 for a listener name the broker does not have
+        raise RestError(503, exc.message) from None
+    if answer.redirect:  # as Pulsar: look up again at the chosen broker
+        raise web.HTTPTemporaryRedirect(redirect_target(request, answer.http_url, answer.authoritative))
     return json_response(
         {
-            "brokerUrl": url,
-            "brokerUrlTls": url_tls or "",
-            "httpUrl": service.web_service_url,
+            "brokerUrl": answer.broker_url,
+            "brokerUrlTls": answer.broker_url_tls,
+            "httpUrl": answer.http_url,
             "httpUrlTls": "",
-            "nativeUrl": url,
+            "nativeUrl": answer.broker_url,
         }
     )

