@@ -45,6 +45,8 @@ class LedgerConfig:
     ack_quorum: int = 1
     password: bytes = b""
     custom_metadata: dict[str, bytes] = field(default_factory=dict)
+    #: The new ledger's id must be at least this (a managed ledger's ledger ids grow, across owners).
+    min_ledger_id: int = 0
 
 
 class LedgerEntry(NamedTuple):

@@ -75,7 +75,7 @@ class BookieLedgerClient(LedgerClient):
             custom_metadata=dict(config.custom_metadata),
             ctime_ms=int(time.time() * 1000),
         )
-        ledger_id = await ctx.manager.new_ledger_id()
+        ledger_id = await ctx.manager.new_ledger_id(config.min_ledger_id)
         version = await ctx.manager.create(ledger_id, md)
         handle = LedgerWriteHandle(ctx, ledger_id, md, version, on_close=self._writer_closed)
         self._writers.add(handle)

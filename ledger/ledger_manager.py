@@ -36,22 +36,27 @@ class LedgerManager:
     def path(self, ledger_id: int) -> str:
         return f"{self.root}/L{ledger_id:010d}"
 
-    async def new_ledger_id(self) -> int:
-        """A ledger id no other client will ever get."""
+    async def new_ledger_id(self, at_least: int = 0) -> int:
+        """A ledger id no other client will ever get, not below ``at_least``.
+
+        A managed ledger's ledgers need growing ids; when another broker wrote its last ledger, the
+        rest of this client's block may lie below that id, so it is dropped for a fresh block (blocks
+        are reserved in increasing order, so a fresh one lies above every id handed out before)."""
         async with self._id_lock:
-            if self._next_id >= self._block_end:
-                await self._reserve_block()
+            if self._next_id >= self._block_end or self._next_id < at_least:
+                await self._reserve_block(at_least)
             lid = self._next_id
             self._next_id += 1
             return lid
 
-    async def _reserve_block(self) -> None:
+    async def _reserve_block(self, at_least: int = 0) -> None:
         while True:
             current = await self.store.get(self._idgen_path)
             if current is None:
                 start, expected = _FIRST_LEDGER_ID, NOT_EXISTS
             else:
                 start, expected = int(current.data), current.stat.version
+            start = max(start, at_least)
             end = start + self.id_block_size
             try:
                 await self.store.put(self._idgen_path, str(end).encode(), expected)

@@ -44,6 +44,10 @@ class WriterHost(Protocol):
     """The managed ledger as its :class:`LedgerWriter` sees it."""
 
     @property
+    def ledger_ids(self) -> list[int]:
+        """Ids of the managed ledger's ledgers, oldest first."""
+
+    @property
     def writable(self) -> bool:
         """Whether the managed ledger is open (not opening, fenced or closed)."""
 
@@ -293,8 +297,12 @@ class LedgerWriter:
         """Create the next ledger, have it recorded in the list and write to it (caller holds the list lock)."""
         cfg = self._config
         storage = self._storage
+        ids = self._host.ledger_ids  # the next id must be above them, whichever broker wrote them
+        config = LedgerConfig(
+            cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum, min_ledger_id=ids[-1] + 1 if ids else 0
+        )
         handle = await storage.io(
-            storage.client.create_ledger(LedgerConfig(cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum)),
+            storage.client.create_ledger(config),
             "create ledger",
         )
         lid = handle.ledger_id
