@@ -173,6 +173,8 @@ class Workload:
             consumer = self.client.subscribe(load.topic, "sub", consumer_type=load.sub_type,
                                              initial_position=pulsar.InitialPosition.Earliest)  # fmt: skip
             self._consumers.append(consumer)
+            if load.dedup:  # a durable cursor keeps everything for the audit (retention 0 trims acked data)
+                self.client.subscribe(load.topic, "audit", initial_position=pulsar.InitialPosition.Earliest).close()
             self._threads.append(threading.Thread(target=self._consume, args=(load, consumer), daemon=True))
             self._threads.append(threading.Thread(target=self._produce, args=(load,), daemon=True))
 
@@ -266,8 +268,8 @@ class Workload:
 
 
 def _read_all(client: pulsar.Client, topic: str) -> list[int]:
-    """Every message stored on ``topic`` (a fresh subscription from the earliest position)."""
-    consumer = client.subscribe(topic, f"audit-{time.monotonic_ns()}", initial_position=pulsar.InitialPosition.Earliest)
+    """Every message stored on ``topic`` (through the ``audit`` subscription made before producing)."""
+    consumer = client.subscribe(topic, "audit", initial_position=pulsar.InitialPosition.Earliest)
     out = []
     try:
         while True:
