@@ -306,7 +306,7 @@ class NamespaceService:
             await self.ownership.try_acquire(child)
 
         def mutate(policies: Any) -> None:
-            from magnetar.broker.policies import BundlesData
+            from magnetar.broker.policies.documents import BundlesData
 
             policies.bundles = BundlesData(boundaries=new, numBundles=len(new) - 1)
 
