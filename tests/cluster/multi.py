@@ -73,7 +73,8 @@ class MultiCluster:
             for i in range(brokers)
         ]
 
-    def start(self) -> None:
+    def start(self, brokers: int | None = None) -> None:
+        """Start etcd, the bookies and the first ``brokers`` brokers (all by default)."""
         self.etcd.start()
         for b in self.bookies:
             b.start()
@@ -84,7 +85,7 @@ class MultiCluster:
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert init.returncode == 0, init.stderr
-        for b in self.brokers:
+        for b in self.brokers[:brokers]:
             b.start()
 
     def stop(self) -> None:
