@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from magnetar.broker.broker_registry import BrokerInfo, BrokerRegistry
 from magnetar.broker.bundles import Bundle, bundles_of, find_bundle
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ownership import Owner, OwnershipCache
+from magnetar.broker.policies import Policies, parse_stored
+from magnetar.broker.policies.store import namespace_path
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.topic_name import TopicName
 from magnetar.metadata.api import MetadataError, Session
@@ -175,8 +178,13 @@ class NamespaceService:
                 await asyncio.wait_for(self._session.close(), 5)
 
     # ------------------------------------------------------------------ bundles
-    async def bundles(self, namespace: str) -> list[Bundle]:
-        policies = await self.service.policies.namespace(namespace)
+    async def bundles(self, namespace: str, *, fresh: bool = False) -> list[Bundle]:
+        """The namespace's bundles, from the policy cache or (``fresh``) from the store itself."""
+        if fresh:
+            stored = await self.store.get(namespace_path(namespace))
+            policies = parse_stored(Policies, json.loads(stored.data)) if stored is not None else None
+        else:
+            policies = await self.service.policies.namespace(namespace)
         boundaries = policies.bundles.boundaries if policies is not None and policies.bundles is not None else None
         return bundles_of(namespace, boundaries)
 
@@ -227,6 +235,10 @@ class NamespaceService:
         return self._session.id if self._session is not None else 0
 
     async def _acquire(self, bundle: Bundle, listener: str) -> LookupAnswer:
+        # A policy cache a split (or the namespace's creation) has not reached yet could name a bundle that
+        # overlaps others: only a bundle of the stored policies is ever taken.
+        if bundle not in await self.bundles(bundle.namespace, fresh=True):
+            raise BrokerError(f"Bundle {bundle.key} changed (split); redo the lookup", pb.ServiceNotReady)
         owner = await self.ownership.try_acquire(bundle)
         if owner.broker_id == self.broker_id and owner.session == self._session_id:
             self.registry.publish_soon()
@@ -297,8 +309,9 @@ class NamespaceService:
 
         if not self.ownership.owns(bundle):
             raise BrokerError(f"Bundle {bundle.key} is not owned by this broker", pb.ServiceNotReady)
-        current = [b.range.split("_")[0] for b in await self.bundles(bundle.namespace)] + ["0xffffffff"]
-        if bundle not in await self.bundles(bundle.namespace):
+        existing = await self.bundles(bundle.namespace, fresh=True)
+        current = [f"0x{b.lower:08x}" for b in existing] + ["0xffffffff"]
+        if bundle not in existing:
             raise ValueError(f"Bundle {bundle.key} does not exist")
         new = split_boundaries(current, bundle, pieces, at)
         children = [b for b in bundles_of(bundle.namespace, new) if bundle.lower <= b.lower and b.upper <= bundle.upper]

@@ -24,12 +24,13 @@ from magnetar.broker.admin.api import (
     service_of,
 )
 from magnetar.broker.admin.redirects import redirect_target
-from magnetar.broker.bundles import Bundle
+from magnetar.broker.bundles import Bundle, bundles_of, split_boundaries, topic_hash
 from magnetar.broker.namespace_service import NamespaceService
+from magnetar.broker.policies.documents import BundlesData
 
 routes = Routes("bundles")
 _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
-_BUNDLE = _NS + "/{bundle:0x[0-9a-fA-F]{8}_0x[0-9a-fA-F]{8}}"
+_BUNDLE = _NS + "/{bundle:0x[0-9a-fA-F]+_0x[0-9a-fA-F]+}"
 #: Pulsar's split algorithms; both halve here unless ``splitBoundaries`` names a position.
 SPLIT_ALGORITHMS = {"range_equally_divide", "topic_count_equally_divide", "specified_positions_divide",
                     "flow_or_qps_equally_divide"}  # fmt: skip
@@ -55,15 +56,22 @@ async def _bundle(request: web.Request) -> Bundle:
         bundle = Bundle.parse(ns, request.match_info["bundle"])
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    service = service_of(request)
-    bundles = (
-        await service.namespaces.bundles(ns)
-        if service.namespaces is not None
-        else [Bundle.parse(ns, "0x00000000_0xffffffff")]
-    )
-    if bundle not in bundles:
+    if bundle not in await _bundles(request, ns):
         raise not_found(f"Bundle {bundle.key} does not exist")
     return bundle
+
+
+async def _bundles(request: web.Request, ns: str) -> list[Bundle]:
+    policies = await service_of(request).policies.namespace(ns)
+    data = policies.bundles if policies is not None else None
+    return bundles_of(ns, data.boundaries if data is not None else None)
+
+
+def _topics_in(request: web.Request, bundle: Bundle) -> list[Any]:
+    return [
+        t for t in service_of(request).loaded_topics()
+        if t.name.namespace == bundle.namespace and bundle.contains(topic_hash(str(t.name)))
+    ]  # fmt: skip
 
 
 @routes.get(_NS + "/bundles", summary="The namespace's bundles (BundlesData)", responses={200: "BundlesData"})
@@ -90,6 +98,11 @@ async def _owner_or_redirect(request: web.Request, bundle: Bundle) -> NamespaceS
             responses={204: "unloaded", 307: "owned by another broker", 404: "no such bundle"})  # fmt: skip
 async def unload_bundle(request: web.Request) -> web.Response:
     bundle = await _bundle(request)
+    service = service_of(request)
+    if service.namespaces is None:  # standalone: the topics close, clients reconnect to this broker
+        for topic in _topics_in(request, bundle):
+            await service.unload_topic(topic)
+        return no_content()
     namespaces = await _owner_or_redirect(request, bundle)
     if namespaces is not None:
         await namespaces.unload_bundle(bundle)
@@ -109,6 +122,19 @@ async def split_bundle(request: web.Request) -> web.Response:
             at = int(request.query["splitBoundaries"].split(",")[0], 0)
         except ValueError:
             raise bad_request("Invalid splitBoundaries") from None
+    if service_of(request).namespaces is None:  # standalone: only the policy changes
+        ns = bundle.namespace
+        current = [f"0x{b.lower:08x}" for b in await _bundles(request, ns)] + ["0xffffffff"]
+        try:
+            new = split_boundaries(current, bundle, 2, at)
+        except ValueError as exc:
+            raise precondition_failed(str(exc)) from None
+
+        def mutate(policies: Any) -> None:
+            policies.bundles = BundlesData(boundaries=new, numBundles=len(new) - 1)
+
+        await service_of(request).policies.update_namespace(ns, mutate)
+        return no_content()
     namespaces = await _owner_or_redirect(request, bundle)
     if namespaces is None:  # nobody owns it: take it, then split (as Pulsar's ownership check does)
         namespaces = _cluster(request)
