@@ -160,6 +160,10 @@ def test_unload_and_split_move_bundles(cluster: MultiCluster) -> None:
         producer.send(b"after split")
         assert consumer.receive(timeout_millis=15_000).data() == b"after split"
         assert {cluster.lookup(b, topic) for b in cluster.brokers} == {owner.service_url}
+        # A namespace unload visits every owner; clients reconnect.
+        assert http_call(f"{other.http_url}/admin/v2/namespaces/{ns}/unload", "PUT")[0] == 204
+        producer.send(b"after namespace unload")
+        assert consumer.receive(timeout_millis=15_000).data() == b"after namespace unload"
         # Unknown bundle: 404; bad algorithm: 412.
         assert http_call(f"{other.http_url}/admin/v2/namespaces/{ns}/0x00000000_0x00000010/unload", "PUT")[0] == 404
         bad = f"{owner.http_url}/admin/v2/namespaces/{ns}/{halves[0].range}/split?splitAlgorithmName=nope"
