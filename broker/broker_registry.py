@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import NOT_EXISTS, BadVersionError, MetadataError, MetadataStore, Session
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,8 @@ class BrokerRegistry:
         self._leader_id: str | None = None
         self._cpu_mark: tuple[float, float] | None = None
         self._report_now = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self.tasks = TaskSet("broker registry", logger=log)
+        self._reporting = False
         self._version = NOT_EXISTS
 
     @property
@@ -126,8 +128,9 @@ class BrokerRegistry:
         self._leader_id = None
         await self._write_report(create=True)
         await self.elect()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._report_loop(), name="load-report")
+        if not self._reporting:
+            self._reporting = True
+            self.tasks.spawn(self._report_loop(), name="load report")
 
     def publish_soon(self) -> None:
         self._report_now.set()
@@ -217,8 +220,4 @@ class BrokerRegistry:
             await self.store.delete(f"{BROKERS_PATH}/{self.me.broker_id}")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self.tasks.close()

@@ -33,6 +33,7 @@ from magnetar.broker.policies import Policies, parse_stored
 from magnetar.broker.policies.store import namespace_path
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.topic_name import TopicName
+from magnetar.common.tasks import TaskSet
 from magnetar.metadata.api import MetadataError, Session
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class NamespaceService:
         self.ready = False
         self._unloading: set[Bundle] = set()
         self._pending: dict[str, _Pending] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.tasks = TaskSet("namespace service", logger=log)
         self._rejoin_lock = asyncio.Lock()
 
     @property
@@ -103,12 +104,12 @@ class NamespaceService:
     async def start(self) -> None:
         self.ready = True  # before joining: the first load report must not say "draining"
         await self._join()
-        self._spawn(self._watch_lease(), "lease-watchdog")
+        self.tasks.spawn(self._watch_lease(), name="lease watchdog")
         if self.service.config.load_balancer_enabled:
             from magnetar.broker.load_manager import LoadManager
 
             self.load_manager: LoadManager | None = LoadManager(self)
-            self._spawn(self.load_manager.run(), "load-manager")
+            self.tasks.spawn(self.load_manager.run(), name="load manager")
         else:
             self.load_manager = None
 
@@ -119,11 +120,6 @@ class NamespaceService:
         await self.registry.register(session)
         self._lease_ok = True
         log.info("broker %s joined the cluster (lease %x, ttl %ss)", self.broker_id, session.id, self.ttl_s)
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     def may_write(self) -> bool:
         """Whether this broker's lease is surely alive (checked per entry before persisting)."""
@@ -164,8 +160,7 @@ class NamespaceService:
     async def shutdown(self) -> None:
         """Graceful shutdown: not ready, no longer leader, every bundle unloaded, registration removed."""
         self.ready = False
-        for task in list(self._tasks):
-            task.cancel()
+        self.tasks.cancel()  # the watchdog and the load manager (this may run inside neither)
         await self.registry.close()
         if self._lease_ok:
             await self.registry.resign()
@@ -176,6 +171,7 @@ class NamespaceService:
         if self._session is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._session.close(), 5)
+        await self.tasks.close(grace=1)
 
     # ------------------------------------------------------------------ bundles
     async def bundles(self, namespace: str, *, fresh: bool = False) -> list[Bundle]:
