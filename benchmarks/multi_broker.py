@@ -5,8 +5,8 @@ the hand-over time after a broker is killed (kill -9 to the first successful sen
 
 Each row starts a fresh loopback cluster (etcd, ``--bookies`` bookies, N brokers, E=Qw=Qa=2), creates a
 namespace with 12 bundles and publishes 100-byte messages (batched, asynchronous) to ``--topics`` topics
-from one client process through a service URL listing every broker; the broker's lookups spread the
-bundles. The hand-over row kills the owner of a topic while a producer sends synchronously, with the
+from ``--clients`` client processes through a service URL listing every broker; the brokers' lookups
+spread the bundles. The hand-over row kills the owner of a topic while a producer sends synchronously, with the
 brokers' lease at ``--lease-ms``.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -169,19 +170,23 @@ def main() -> int:
     parser.add_argument("--brokers", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--bookies", type=int, default=3)
     parser.add_argument("--topics", type=int, default=12)
+    parser.add_argument("--clients", type=int, default=2, help="client processes sharing the topics")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--lease-ms", type=int, default=5000, help="brokers' metadataStoreSessionTimeoutMillis")
     parser.add_argument("--handover-runs", type=int, default=3)
     args = parser.parse_args()
-    print("| brokers | bookies | topics | aggregate publish (msg/s, 100 B, batched) |\n|---|---|---|---|", flush=True)
+    print("| brokers | bookies | topics | client processes | aggregate publish (msg/s, 100 B, batched) |\n"
+          "|---|---|---|---|---|", flush=True)  # fmt: skip
     for n in args.brokers:
         cluster = Cluster(args.bookies, n, args.lease_ms)
         try:
             cluster.start()
             cluster.admin("PUT", "/admin/v2/namespaces/public/bench", {"bundles": {"numBundles": 12}})
             topics = [f"persistent://public/bench/t{i}" for i in range(args.topics)]
-            rate = publish_rate(cluster.service_url, topics, args.seconds)
-            print(f"| {n} | {args.bookies} | {args.topics} | {rate:,.0f} |", flush=True)
+            shares = [(cluster.service_url, topics[i :: args.clients], args.seconds) for i in range(args.clients)]
+            with multiprocessing.get_context("spawn").Pool(args.clients) as pool:
+                rate = sum(pool.starmap(publish_rate, shares))
+            print(f"| {n} | {args.bookies} | {args.topics} | {args.clients} | {rate:,.0f} |", flush=True)
         finally:
             cluster.stop()
     times = []

@@ -224,7 +224,9 @@ class BrokerService:
 
     def may_write(self) -> bool:
         """Whether this broker may persist now (cluster mode: its ownership lease is surely alive)."""
-        return self.namespaces is None or self.namespaces.may_write()
+        if self.namespaces is None:
+            return not self.config.metadata_store_url
+        return self.namespaces.may_write()
 
     async def list_topics(self, namespace: str, mode: int = Mode.PERSISTENT) -> list[str]:
         """Topics of a namespace for GET_TOPICS_OF_NAMESPACE (partitions listed individually)."""
@@ -273,6 +275,8 @@ class BrokerService:
         if self.namespaces is not None:
             await self.check_namespace(name)
             await self.namespaces.check_owned(name)
+        elif self.config.metadata_store_url:  # a cluster broker serves nothing before it joined
+            raise BrokerError("The broker is starting", pb.ServiceNotReady)
         if not name.persistent:
             return await self._load_non_persistent(name, create, explicit)  # type: ignore[return-value]
         await self.check_namespace(name)
