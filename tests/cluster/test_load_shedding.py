@@ -71,3 +71,30 @@ def test_shedding_moves_bundles_to_a_new_broker(tmp_path: Path) -> None:
         if client is not None:
             client.close()
         cluster.stop()
+
+
+def test_owner_splits_a_bundle_with_too_many_topics() -> None:
+    """``loadBalancerNamespaceBundleMaxTopics``: the owner splits a bundle holding more loaded topics."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from magnetar.broker.bundles import Bundle
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.load_manager import LoadManager
+
+    hot, cold = Bundle.parse("a/b", "0x00000000_0x80000000"), Bundle.parse("a/b", "0x80000000_0xffffffff")
+    split: list[Bundle] = []
+
+    class Namespaces:
+        service = SimpleNamespace(config=BrokerConfig(load_balancer_namespace_bundle_max_topics=3))
+        ownership = SimpleNamespace(owned=[hot, cold])
+        registry = SimpleNamespace(is_leader=False)
+
+        def topics_of(self, bundle: Bundle) -> list[int]:
+            return list(range(5 if bundle == hot else 2))
+
+        async def split_bundle(self, bundle: Bundle, *, unload: bool) -> None:
+            split.append(bundle)
+
+    asyncio.run(LoadManager(Namespaces()).run_once())  # type: ignore[arg-type]
+    assert split == [hot]
