@@ -85,6 +85,14 @@ class RawClient:
         self.send(cmd)
         return self.recv_until(T.CONNECTED)
 
+    def lookup(self, topic: str, request_id: int = 1000) -> T:
+        """LOOKUP ``topic``; a cluster broker serves a topic only after a lookup assigned its bundle."""
+        cmd = T(type=T.LOOKUP)
+        cmd.lookupTopic.topic = topic
+        cmd.lookupTopic.request_id = request_id
+        self.send(cmd)
+        return self.recv_until(T.LOOKUP_RESPONSE)
+
     def create_producer(self, topic: str, producer_id: int = 1, request_id: int = 1) -> T:
         cmd = T(type=T.PRODUCER)
         cmd.producer.topic = topic

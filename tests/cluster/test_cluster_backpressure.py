@@ -89,6 +89,8 @@ def test_producer_outrunning_storage_is_paused(small_cluster) -> None:  # type: 
     raw = RawClient(broker.port, timeout=10)
     try:
         raw.connect()
+        # A cluster broker serves a topic once a lookup has assigned it its bundle (the only broker here).
+        assert raw.lookup(topic).lookupTopicResponse.response == pb.CommandLookupTopicResponse.Connect
         reply = raw.create_producer(topic)
         assert reply.type == T.PRODUCER_SUCCESS, reply
         _send(raw, 0, b"first")  # the ledger exists and is writable
