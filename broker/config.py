@@ -254,6 +254,9 @@ class BrokerConfig:
     is_allow_auto_update_schema_enabled: bool = _setting(
         True, "Producers may register new schema versions (namespaces' `is_allow_auto_update_schema` default)."
     )
+    is_schema_validation_enforced: bool = _setting(
+        False, "Refuse producers without a schema on topics that have one (namespaces may enforce it too)."
+    )
     # -- storage (Pulsar's managedLedger* settings)
     managed_ledger_default_ensemble_size: int = _setting(
         1, "Bookies per ledger (E) (Pulsar's broker.conf: 2; standalone.conf and Magnetar: 1)."

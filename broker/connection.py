@@ -452,9 +452,7 @@ class ServerConnection(asyncio.Protocol):
                 raise ProducerBusyError("Producer id is already used on this connection")
             name = TopicName.parse(r.topic)
             topic = await self.service.get_topic(name, create=True)
-            schema_version = None
-            if r.HasField("schema"):
-                schema_version = await self.service.schemas.add_schema(name, r.schema)
+            schema_version = await self.service.schemas.for_producer(name, r.schema if r.HasField("schema") else None)
             user_named = r.HasField("producer_name") and bool(r.producer_name)
             producer_name = r.producer_name if user_named else self.service.new_producer_name()
             await topic.check_new_producer()
@@ -557,6 +555,7 @@ class ServerConnection(asyncio.Protocol):
                 raise InvalidTopicNameError("Empty subscription name")
             name = TopicName.parse(r.topic)
             topic = await self.service.get_topic(name, create=r.force_topic_creation)
+            await self.service.schemas.for_consumer(name, r.schema if r.HasField("schema") else None)
             start = r.start_message_id if r.HasField("start_message_id") else None
             sub = await topic.subscribe(r.subscription, r.durable, r.initialPosition, start)
             if r.start_message_rollback_duration_sec > 0 and name.persistent:

@@ -58,8 +58,8 @@ class BrokerService:
         self.store = store
         self.ledgers = ledgers
         self.resources = Resources(store)
-        self.schemas = SchemaRegistry(store)
         self.policies = PolicyStore(store, config)
+        self.schemas = SchemaRegistry(store, self.policies, config)
         self.policies.add_listener(self._on_policies_changed)
         self.housekeeper = Housekeeper(self)
         #: Bookie auto-recovery running in this broker (cluster mode), for its status and metrics.

@@ -11,6 +11,7 @@ from magnetar.broker.admin import (
     lookup,
     metrics,
     namespaces,
+    schemas,
     subscriptions,
     tenants,
     topic_policies,
@@ -21,7 +22,19 @@ from magnetar.broker.admin.redirects import ownership_redirect
 from magnetar.broker.service import BrokerService
 
 #: Modules whose ``routes`` are served; each owns one part of the API.
-MODULES = [brokers, bundles, lookup, topics, subscriptions, metrics, clusters, tenants, namespaces, topic_policies]
+MODULES = [
+    brokers,
+    bundles,
+    lookup,
+    topics,
+    subscriptions,
+    metrics,
+    clusters,
+    tenants,
+    namespaces,
+    topic_policies,
+    schemas,
+]
 
 
 async def openapi(request: web.Request) -> web.Response:
