@@ -257,6 +257,16 @@ class BrokerConfig:
     is_schema_validation_enforced: bool = _setting(
         False, "Refuse producers without a schema on topics that have one (namespaces may enforce it too)."
     )
+    # -- compaction
+    broker_service_compaction_monitor_interval_in_seconds: int = _setting(
+        60, "How often topics are checked against their compaction threshold."
+    )
+    broker_service_compaction_threshold_in_bytes: int = _setting(
+        0, "Compact a topic once its backlog after the last compaction exceeds this (namespaces' default; 0 = never)."
+    )
+    topic_compaction_retain_null_key: bool = _setting(
+        False, "Keep messages without a key in the compacted view (PIP-318; Pulsar 3.2+ default: dropped)."
+    )
     # -- storage (Pulsar's managedLedger* settings)
     managed_ledger_default_ensemble_size: int = _setting(
         1, "Bookies per ledger (E) (Pulsar's broker.conf: 2; standalone.conf and Magnetar: 1)."

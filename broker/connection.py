@@ -556,6 +556,8 @@ class ServerConnection(asyncio.Protocol):
             name = TopicName.parse(r.topic)
             topic = await self.service.get_topic(name, create=r.force_topic_creation)
             await self.service.schemas.for_consumer(name, r.schema if r.HasField("schema") else None)
+            if r.read_compacted:
+                await self.service.compaction.prepare_read(topic, r.subType)
             start = r.start_message_id if r.HasField("start_message_id") else None
             sub = await topic.subscribe(r.subscription, r.durable, r.initialPosition, start)
             if r.start_message_rollback_duration_sec > 0 and name.persistent:
@@ -581,6 +583,8 @@ class ServerConnection(asyncio.Protocol):
                 raise ConsumerBusyError("Consumer id is already used on this connection")
             sub.add_consumer(consumer)
             self.consumers[r.consumer_id] = consumer
+            if r.read_compacted:
+                await self.service.compaction.attach(sub)
             self.write(commands.success(r.request_id))
 
         self._spawn(r.request_id, work())
@@ -701,7 +705,7 @@ class ServerConnection(asyncio.Protocol):
         async def work() -> None:
             consumer = self._consumer(r.consumer_id)
             topic = consumer.subscription.topic
-            position, batch_index = await topic.last_message_id()
+            position, batch_index = await self.service.compaction.last_message_id(consumer.subscription)
             md = consumer.subscription.cursor.mark_delete_position
             self.write(
                 commands.last_message_id(

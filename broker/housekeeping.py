@@ -40,6 +40,9 @@ class Housekeeper:
             ("subscription-expiry", c.subscription_expiry_check_interval_in_minutes * 60, self.expire_subscriptions),
         ]
         jobs.append(("dedup-purge", 60.0, self.purge_inactive_producers))
+        if c.broker_service_compaction_monitor_interval_in_seconds > 0:
+            interval = c.broker_service_compaction_monitor_interval_in_seconds
+            jobs.append(("compaction-threshold", interval, self.service.compaction.check_thresholds))
         if c.backlog_quota_check_enabled:
             jobs.append(("backlog-quota", c.backlog_quota_check_interval_in_seconds, self.check_backlog_quotas))
         if c.broker_delete_inactive_topics_enabled:

@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Any
 
+from magnetar.broker.compaction import CompactionService
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
 from magnetar.broker.errors import (
@@ -60,6 +61,7 @@ class BrokerService:
         self.resources = Resources(store)
         self.policies = PolicyStore(store, config)
         self.schemas = SchemaRegistry(store, self.policies, config)
+        self.compaction = CompactionService(self)
         self.policies.add_listener(self._on_policies_changed)
         self.housekeeper = Housekeeper(self)
         #: Bookie auto-recovery running in this broker (cluster mode), for its status and metrics.
@@ -427,6 +429,7 @@ class BrokerService:
         if topic is not None:
             if not force and topic.has_connected_clients():
                 raise TopicBusyError("Topic has active producers/subscriptions")
+            await self.compaction.forget(topic, str(name))
             await self.unload_topic(topic)
         if not name.persistent:
             if topic is None and not missing_ok:
@@ -450,6 +453,7 @@ class BrokerService:
         fut = self._topics.get(key)
         if fut is not None and _loaded(fut) and fut.result() is topic:
             del self._topics[key]
+        await self.compaction.unloaded(key)
         await topic.close()
 
     async def close(self) -> None:
@@ -461,6 +465,7 @@ class BrokerService:
                 await asyncio.wait_for(self.namespaces.shutdown(), self.config.broker_shutdown_timeout_ms / 1000)
         self.tasks.cancel()
         await self.housekeeper.close()
+        await self.compaction.close()
         self.policies.close()
         self.topic_lists.close()
         for server in self._extra_servers:

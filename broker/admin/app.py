@@ -8,6 +8,7 @@ from magnetar.broker.admin import (
     brokers,
     bundles,
     clusters,
+    compaction,
     lookup,
     metrics,
     namespaces,
@@ -34,6 +35,7 @@ MODULES = [
     namespaces,
     topic_policies,
     schemas,
+    compaction,
 ]
 
 

@@ -238,15 +238,3 @@ async def partitioned_stats(request: web.Request) -> web.Response:
 async def get_internal_stats(request: web.Request) -> web.Response:
     topic = await existing_topic(service_of(request), topic_from(request))
     return json_response(internal_stats(topic))
-
-
-@routes.put(f"{TOPIC}/compaction", summary="Trigger compaction (not implemented yet)", responses={501: "not yet"})
-async def trigger_compaction(request: web.Request) -> web.Response:
-    await existing_topic(service_of(request), topic_from(request))
-    raise RestError(501, "Topic compaction is not implemented yet")
-
-
-@routes.get(f"{TOPIC}/compaction", summary="Compaction status", responses={200: "status"})
-async def compaction_status(request: web.Request) -> web.Response:
-    await existing_topic(service_of(request), topic_from(request))
-    return json_response({"status": "NOT_RUN", "lastError": ""})

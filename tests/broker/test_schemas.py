@@ -120,9 +120,7 @@ def test_producer_gets_versions_and_incompatible_producer_is_refused(client: pul
         client.create_producer(topic, schema=AvroSchema(V3))  # FULL: not backward compatible
     with pytest.raises(pulsar.IncompatibleSchema):
         client.create_producer(topic, schema=StringSchema())  # another type
-    consumer = client.subscribe(
-        topic, "s", schema=AvroSchema(V2), initial_position=pulsar.InitialPosition.Earliest
-    )
+    consumer = client.subscribe(topic, "s", schema=AvroSchema(V2), initial_position=pulsar.InitialPosition.Earliest)
     got = [consumer.receive(timeout_millis=5000) for _ in range(2)]
     assert [(m.value().name, m.value().age) for m in got] == [("one", None), ("two", 2)]
     # The client stamps each message with the version its producer was given.

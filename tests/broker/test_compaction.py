@@ -1,0 +1,252 @@
+"""Topic compaction with the official client: keyed streams with (compressed) batches and tombstones
+read back through ``read_compacted`` consumers, readers and a TableView; the admin trigger and
+status over HTTP; the automatic ``compactionThreshold``; a broker killed with -9 mid-compaction."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from tests.admin.rest import call
+from tests.conftest import StandaloneProcess, _quiet_logger
+from tests.rawclient import RawClient
+
+T = pb.BaseCommand
+
+
+@pytest.fixture
+def topic(standalone: StandaloneProcess) -> str:
+    return f"persistent://public/default/compact-{uuid.uuid4().hex[:8]}"
+
+
+def _admin(node: StandaloneProcess, topic: str) -> str:
+    return f"{node.http_url}/admin/v2/persistent/{topic.removeprefix('persistent://')}/compaction"
+
+
+def compact(node: StandaloneProcess, topic: str, timeout: float = 60.0) -> dict:
+    """Trigger compaction over HTTP and wait (bounded) until it is no longer RUNNING."""
+    url = _admin(node, topic)
+    assert call("PUT", url).status == 204
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = call("GET", url).json
+        if status["status"] != "RUNNING":
+            return status
+        time.sleep(0.05)
+    raise AssertionError("compaction did not finish in time")
+
+
+def drain(consumer: pulsar.Consumer, timeout_ms: int = 1500, limit: int = 10_000) -> list[tuple[str, bytes]]:
+    out = []
+    for _ in range(limit):
+        try:
+            msg = consumer.receive(timeout_millis=timeout_ms)
+        except pulsar.Timeout:
+            break
+        out.append((msg.partition_key(), msg.data()))
+        consumer.acknowledge(msg)
+    return out
+
+
+def read_all(reader: pulsar.Reader, limit: int = 10_000) -> list[tuple[str, bytes]]:
+    out = []
+    for _ in range(limit):
+        if not reader.has_message_available():
+            break
+        msg = reader.read_next(timeout_millis=5000)
+        out.append((msg.partition_key(), msg.data()))
+    return out
+
+
+def publish_keyed_stream(client: pulsar.Client, topic: str) -> dict[str, bytes]:
+    """Batched LZ4 rounds, a ZLib producer, tombstones and a keyless message; returns the expected table."""
+    batched = client.create_producer(
+        topic,
+        batching_enabled=True,
+        batching_max_messages=5,
+        batching_max_publish_delay_ms=1000,
+        compression_type=pulsar.CompressionType.LZ4,
+    )
+    plain = client.create_producer(topic)
+    # (not for the tombstone: the C++ client cannot decompress an empty ZLib payload it compressed itself)
+    zlib = client.create_producer(topic, compression_type=pulsar.CompressionType.ZLib)
+    expected: dict[str, bytes] = {}
+    for rnd in range(3):
+        for k in range(10):
+            value = f"k{k}-r{rnd}".encode()
+            batched.send_async(value, None, partition_key=f"k{k}")
+            expected[f"k{k}"] = value
+        batched.flush()
+    plain.send(b"", partition_key="k3")  # tombstone: an empty payload deletes the key
+    del expected["k3"]
+    batched.send_async(b"", None, partition_key="k4")  # tombstone inside a batch
+    batched.send_async(b"k5-last", None, partition_key="k5")
+    batched.flush()
+    del expected["k4"]
+    expected["k5"] = b"k5-last"
+    plain.send(b"no key")  # dropped from the compacted view (topicCompactionRetainNullKey=false)
+    zlib.send(b"k9-zlib", partition_key="k9")
+    expected["k9"] = b"k9-zlib"
+    for producer in (batched, plain, zlib):
+        producer.close()
+    return expected
+
+
+def test_compaction_status_and_errors_over_http(standalone: StandaloneProcess, client: pulsar.Client, topic) -> None:
+    client.create_producer(topic).close()
+    assert call("GET", _admin(standalone, topic)).json == {"status": "NOT_RUN", "lastError": ""}
+    missing = _admin(standalone, topic + "-missing")
+    assert call("PUT", missing).status == 404
+    assert call("GET", missing).status == 404
+    assert compact(standalone, topic) == {"status": "SUCCESS", "lastError": ""}  # empty topic: nothing to do
+
+
+def test_compacted_view_through_consumers_readers_and_table_view(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    expected = publish_keyed_stream(client, topic)
+    everything = client.create_reader(topic, pulsar.MessageId.earliest)
+    original = read_all(everything)
+    everything.close()
+    assert len(original) == 30 + 5
+    assert compact(standalone, topic) == {"status": "SUCCESS", "lastError": ""}
+
+    after = client.create_producer(topic)
+    after.send(b"k1-after", partition_key="k1")  # above the horizon: read from the live topic
+    expected_view = sorted(expected.items())
+
+    consumer = client.subscribe(
+        topic, "compacted", is_read_compacted=True, initial_position=pulsar.InitialPosition.Earliest
+    )
+    got = drain(consumer)
+    assert sorted(got[:-1]) == expected_view and got[-1] == ("k1", b"k1-after")
+    consumer.close()
+
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    got = read_all(reader)
+    assert sorted(got[:-1]) == expected_view and got[-1] == ("k1", b"k1-after")
+    reader.close()
+
+    # The topic itself is untouched.
+    plain = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert read_all(plain) == [*original, ("k1", b"k1-after")]
+    plain.close()
+
+    table = client.create_table_view(topic)
+    try:
+        seen: dict[str, bytes] = {}
+        table.for_each(lambda key, value: seen.__setitem__(key, value))
+        assert seen == {**expected, "k1": b"k1-after"}
+    finally:
+        table.close()
+
+
+def test_second_compaction_builds_on_the_first(standalone: StandaloneProcess, client: pulsar.Client, topic) -> None:
+    producer = client.create_producer(topic)
+    for i in range(5):
+        producer.send(f"a{i}".encode(), partition_key=f"k{i}")
+    assert compact(standalone, topic)["status"] == "SUCCESS"
+    producer.send(b"", partition_key="k0")
+    producer.send(b"b1", partition_key="k1")
+    producer.send(b"b9", partition_key="k9")
+    assert compact(standalone, topic)["status"] == "SUCCESS"
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert read_all(reader) == [("k2", b"a2"), ("k3", b"a3"), ("k4", b"a4"), ("k1", b"b1"), ("k9", b"b9")]
+    reader.close()
+    stats = call("GET", f"{standalone.http_url}/admin/v2/persistent/{topic[13:]}/stats").json
+    assert "__compaction" in stats["subscriptions"]
+
+
+def test_read_compacted_only_on_exclusive_or_failover(
+    standalone: StandaloneProcess, client: pulsar.Client, topic: str
+) -> None:
+    client.create_producer(topic).close()
+    with pytest.raises(pulsar.InvalidConfiguration):  # the C++ client refuses it itself...
+        client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared, is_read_compacted=True)
+    raw = RawClient(standalone.port)  # ...so the broker's refusal is seen on the wire
+    try:
+        raw.connect()
+        cmd = T(type=T.SUBSCRIBE)
+        s = cmd.subscribe
+        s.topic, s.subscription, s.subType = topic, "shared", pb.CommandSubscribe.Shared
+        s.consumer_id, s.request_id, s.read_compacted = 1, 3, True
+        raw.send(cmd)
+        reply = raw.recv_until_response(3)
+        assert reply.type == T.ERROR and reply.error.error == pb.NotAllowedError
+    finally:
+        raw.close()
+    client.subscribe(topic, "failover", consumer_type=pulsar.ConsumerType.Failover, is_read_compacted=True).close()
+
+
+# ------------------------------------------------------------------ brokers of their own
+@pytest.fixture
+def threshold_broker(tmp_path) -> Iterator[StandaloneProcess]:
+    node = StandaloneProcess(tmp_path / "data", {"brokerServiceCompactionMonitorIntervalInSeconds": "1"})
+    node.start()
+    yield node
+    node.stop()
+
+
+def test_threshold_triggers_compaction(threshold_broker: StandaloneProcess) -> None:
+    node = threshold_broker
+    url = f"{node.http_url}/admin/v2/namespaces/public/default/compactionThreshold"
+    assert call("GET", url).status == 204
+    assert call("PUT", url, 1000).status == 204
+    assert call("GET", url).json == 1000
+    topic = f"persistent://public/default/auto-{uuid.uuid4().hex[:8]}"
+    client = pulsar.Client(node.service_url, operation_timeout_seconds=10, logger=_quiet_logger())
+    try:
+        producer = client.create_producer(topic)
+        for i in range(50):
+            producer.send(b"x" * 100 + str(i).encode(), partition_key=f"k{i % 3}")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and call("GET", _admin(node, topic)).json["status"] != "SUCCESS":
+            time.sleep(0.2)
+        assert call("GET", _admin(node, topic)).json["status"] == "SUCCESS"
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        assert sorted(read_all(reader)) == [("k0", b"x" * 100 + b"48"), ("k1", b"x" * 100 + b"49"),
+                                            ("k2", b"x" * 100 + b"47")]  # fmt: skip
+    finally:
+        client.close()
+
+
+def test_kill9_during_compaction_then_compaction_completes(fresh_standalone: StandaloneProcess) -> None:
+    node = fresh_standalone
+    node.start()
+    topic = f"persistent://public/default/kill-{uuid.uuid4().hex[:8]}"
+    client = pulsar.Client(node.service_url, operation_timeout_seconds=10, logger=_quiet_logger())
+    keys = 3000
+    try:
+        producer = client.create_producer(
+            topic, batching_enabled=True, batching_max_messages=1, block_if_queue_full=True
+        )
+        for rnd in range(2):
+            for k in range(keys):
+                producer.send_async(f"{k}-{rnd}".encode(), None, partition_key=f"k{k}")
+            producer.flush()
+    finally:
+        client.close()
+    url = _admin(node, topic)
+    assert call("PUT", url).status == 204
+    assert call("GET", url).json["status"] == "RUNNING"
+    time.sleep(0.3)  # into phase two (writing the compacted ledger)
+    node.kill9()
+    node.start()
+    client = pulsar.Client(node.service_url, operation_timeout_seconds=10, logger=_quiet_logger())
+    try:
+        # Whatever the crash left, the compacted view is consistent: the full topic or the finished result.
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        seen = dict(read_all(reader, limit=3 * keys))
+        reader.close()
+        assert seen == {f"k{k}": f"{k}-1".encode() for k in range(keys)}
+        assert compact(node, topic)["status"] == "SUCCESS"
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        got = read_all(reader, limit=3 * keys)
+        assert len(got) == keys and dict(got) == {f"k{k}": f"{k}-1".encode() for k in range(keys)}
+    finally:
+        client.close()
