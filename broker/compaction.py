@@ -49,7 +49,10 @@ class CompactionInProgressError(BrokerError):
 class CompactedView:
     """A cursor that reads the compacted ledger below the horizon and the topic above it.
 
-    Everything but reading is the wrapped cursor's (acks, seeks, rewinds move the real cursor).
+    Acks go to the wrapped cursor; seeks and rewinds move it too. The view keeps its own position
+    inside the compacted part, as those positions may lie in ledgers retention already deleted.
+    A cursor at the oldest stored entry (a new subscription or reader from the earliest message)
+    starts with the whole compacted part.
     """
 
     def __init__(
@@ -63,6 +66,10 @@ class CompactedView:
         self._ledger = ledger
         self._compacted = compacted
         self._read = read
+        #: Next original position to read in the compacted part (None: decide from the cursor).
+        self._pos: Position | None = None
+        #: Id of the compacted ledger whose part has been read since the last seek.
+        self._done: int | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.cursor, name)
@@ -70,16 +77,26 @@ class CompactedView:
     def _next(self) -> tuple[CompactedLedger, int] | None:
         """The compacted ledger and index to read next, or ``None`` when reading the topic."""
         compacted = self._compacted()
-        if compacted is None:
+        if compacted is None or self._done == compacted.ledger_id:
             return None
-        position = self.cursor.read_position
-        if position > compacted.horizon:
-            return None
-        index = compacted.index_from(position)
+        if self._pos is None:
+            read = self.cursor.read_position
+            if read <= compacted.horizon:
+                self._pos = read
+            elif compacted.positions and read <= self._ledger.first_position:
+                self._pos = compacted.positions[0]
+            else:
+                self._done = compacted.ledger_id
+                return None
+        index = compacted.index_from(self._pos)
         if index >= len(compacted.positions):
-            self.cursor.seek(self._ledger.next_position(compacted.horizon))  # past the compacted part
+            self._finish(compacted)
             return None
         return compacted, index
+
+    def _finish(self, compacted: CompactedLedger) -> None:
+        self._done, self._pos = compacted.ledger_id, None
+        self.cursor.seek(self._ledger.next_position(compacted.horizon))
 
     def has_more_entries(self) -> bool:
         return self._next() is not None or self.cursor.has_more_entries()
@@ -92,15 +109,27 @@ class CompactedView:
         entries: list[Entry] = await self._read(compacted, index, max_entries)
         after = index + len(entries)
         if after < len(compacted.positions):
-            self.cursor.seek(compacted.positions[after])
+            self._pos = compacted.positions[after]
         else:
-            self.cursor.seek(self._ledger.next_position(compacted.horizon))
+            self._finish(compacted)
+        if self.cursor.mark_delete_position > compacted.horizon:
+            return entries  # a cursor started at the oldest stored entry: nothing below it was acked
         return [e for e in entries if not self.cursor.is_acked(e.position)]
 
     async def read_entries_or_wait(self, max_entries: int) -> list[Entry]:
         if self._next() is not None:
             return await self.read_entries(max_entries)
         return await self.cursor.read_entries_or_wait(max_entries)
+
+    def seek(self, read_position: Position) -> None:
+        self.cursor.seek(read_position)
+        compacted = self._compacted()
+        self._done = None
+        self._pos = read_position if compacted is not None and read_position <= compacted.horizon else None
+
+    def rewind(self) -> None:
+        self.cursor.rewind()
+        self._done = self._pos = None
 
 
 class CompactionService:
@@ -203,10 +232,11 @@ class CompactionService:
     async def attach(self, sub: Subscription) -> None:
         """Make ``sub``'s dispatcher read the compacted view (after :meth:`prepare_read`)."""
         dispatcher = sub.dispatcher
-        if dispatcher is None or isinstance(dispatcher.cursor, CompactedView):
+        if dispatcher is None:
             return
         key = str(sub.topic.name)
         await dispatcher.stop()  # restarted below so its read loop takes the view
+        # A fresh view on every subscribe: a seek (consumers resubscribe after it) starts it anew.
         dispatcher.cursor = CompactedView(sub.cursor, sub.topic.ledger, lambda: self._results.get(key), self._read)
         dispatcher.start()
         dispatcher.wakeup()
@@ -223,7 +253,8 @@ class CompactionService:
         message of the compacted view (``entry_id == -1`` when it is empty)."""
         topic = sub.topic
         compacted = self._results.get(str(topic.name)) if self.reads_compacted(sub) else None
-        if compacted is None or topic.ledger.last_confirmed_entry > compacted.horizon:
+        last = topic.ledger.last_confirmed_entry
+        if compacted is None or (last.entry_id >= 0 and last > compacted.horizon):
             return await topic.last_message_id()
         if not compacted.positions:
             return Position(compacted.horizon.ledger_id, -1), -1

@@ -220,11 +220,9 @@ def test_kill9_during_compaction_then_compaction_completes(fresh_standalone: Sta
     node.start()
     topic = f"persistent://public/default/kill-{uuid.uuid4().hex[:8]}"
     client = pulsar.Client(node.service_url, operation_timeout_seconds=10, logger=_quiet_logger())
-    keys = 3000
+    keys = 15_000  # big enough that the two passes take well over the 0.2 s before the kill
     try:
-        producer = client.create_producer(
-            topic, batching_enabled=True, batching_max_messages=1, block_if_queue_full=True
-        )
+        producer = client.create_producer(topic, block_if_queue_full=True)  # one entry per message
         for rnd in range(2):
             for k in range(keys):
                 producer.send_async(f"{k}-{rnd}".encode(), None, partition_key=f"k{k}")
@@ -233,8 +231,8 @@ def test_kill9_during_compaction_then_compaction_completes(fresh_standalone: Sta
         client.close()
     url = _admin(node, topic)
     assert call("PUT", url).status == 204
+    time.sleep(0.2)  # well into the two passes over 2 x keys entries
     assert call("GET", url).json["status"] == "RUNNING"
-    time.sleep(0.3)  # into phase two (writing the compacted ledger)
     node.kill9()
     node.start()
     client = pulsar.Client(node.service_url, operation_timeout_seconds=10, logger=_quiet_logger())
