@@ -29,6 +29,7 @@ from magnetar.broker.consumer import SubType
 from magnetar.broker.errors import BrokerError, NotAllowedError
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import parse_metadata
+from magnetar.common.tasks import TaskSet
 from magnetar.ledger.api import LedgerConfig
 from magnetar.managed_ledger.api import Entry, ManagedCursor, ManagedLedger, Position
 
@@ -138,7 +139,9 @@ class CompactionService:
     def __init__(self, service: BrokerService) -> None:
         self.service = service
         self._status: dict[str, tuple[str, str]] = {}
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        #: Running compactions by topic name (the tasks themselves are kept in ``tasks``).
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self.tasks = TaskSet("compaction", logger=log)
         self._results: dict[str, CompactedLedger | None] = {}
 
     @property
@@ -154,12 +157,12 @@ class CompactionService:
     def trigger(self, topic: PersistentTopic) -> None:
         """Start compacting ``topic`` in the background; :class:`CompactionInProgressError` if it runs."""
         key = str(topic.name)
-        if key in self._tasks:
+        if key in self._running:
             raise CompactionInProgressError("Compaction already in progress")
         self._status[key] = ("RUNNING", "")
-        task = asyncio.get_running_loop().create_task(self._run(topic), name=f"compact {key}")
-        self._tasks[key] = task
-        task.add_done_callback(lambda _: self._tasks.pop(key, None))
+        task = self.tasks.spawn(self._run(topic), name=f"compact {key}")
+        self._running[key] = task
+        task.add_done_callback(lambda _: self._running.pop(key, None))
 
     async def _run(self, topic: PersistentTopic) -> None:
         key = str(topic.name)
@@ -194,7 +197,7 @@ class CompactionService:
     async def check_thresholds(self) -> None:
         """Compact topics whose backlog after the horizon exceeds their ``compactionThreshold``."""
         for topic in self.service.loaded_topics():
-            if str(topic.name) in self._tasks or not topic.name.persistent:
+            if str(topic.name) in self._running or not topic.name.persistent:
                 continue
             ns = await self.service.policies.namespace(topic.name.namespace)
             threshold = ns.compaction_threshold if ns and ns.compaction_threshold is not None else None
@@ -266,7 +269,7 @@ class CompactionService:
     # ------------------------------------------------------------------ lifecycle
     async def forget(self, topic: PersistentTopic | None, name: str) -> None:
         """A topic is being deleted: stop compacting it and delete its compacted ledger."""
-        task = self._tasks.pop(name, None)
+        task = self._running.pop(name, None)
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -288,11 +291,7 @@ class CompactionService:
             await result.close()
 
     async def close(self) -> None:
-        for task in list(self._tasks.values()):
-            task.cancel()
-        for task in list(self._tasks.values()):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self.tasks.close()
         for result in self._results.values():
             if result is not None:
                 with contextlib.suppress(Exception):

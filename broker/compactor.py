@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.compression import decompress
@@ -200,14 +201,14 @@ class TwoPhaseCompactor:
         cursor.set_property(PENDING_PROPERTY, str(handle.ledger_id))
         await cursor.flush()
         positions: list[Position] = []
-        window: list[asyncio.Future[int]] = []
+        window: list[Coroutine[Any, Any, int]] = []
         async for entry in self._source(ml, previous, start, horizon):
             msgs = messages_of(entry.data)
             keep = {i for i, msg in enumerate(msgs) if self._keeps(msg, latest, entry.position, i)}
             if not keep:
                 continue
             data = entry.data if len(keep) == len(msgs) else keep_only(entry.data, keep)
-            window.append(asyncio.ensure_future(handle.append(encode_record(entry.position, data))))
+            window.append(handle.append(encode_record(entry.position, data)))  # started in order by gather
             positions.append(entry.position)
             if len(window) >= _WRITE_WINDOW:
                 await asyncio.gather(*window)
