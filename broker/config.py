@@ -257,6 +257,10 @@ class BrokerConfig:
     is_schema_validation_enforced: bool = _setting(
         False, "Refuse producers without a schema on topics that have one (namespaces may enforce it too)."
     )
+    # -- system topics
+    system_topic_enabled: bool = _setting(
+        True, "Write topic-policy change events to each namespace's `__change_events` system topic."
+    )
     # -- compaction
     broker_service_compaction_monitor_interval_in_seconds: int = _setting(
         60, "How often topics are checked against their compaction threshold."

@@ -30,6 +30,7 @@ from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import ChecksumMismatchError, Frame, FrameDecoder, FrameError, verify_entry
 from magnetar.broker.protocol.validate import InvalidMetadataError, check_message_metadata, invalid_string_field
+from magnetar.broker.system_topics import without_system_topics
 from magnetar.broker.topic import wire_position
 from magnetar.broker.topic_list import (
     ALL_TOPICS_PATTERN,
@@ -363,7 +364,7 @@ class ServerConnection(asyncio.Protocol):
         r = cmd.getTopicsOfNamespace
 
         async def work() -> None:
-            topics = await self.service.list_topics(r.namespace, r.mode)
+            topics = without_system_topics(await self.service.list_topics(r.namespace, r.mode))
             filtered = False
             if r.HasField("topics_pattern") and r.topics_pattern:
                 topics = filter_topics(topics, compile_topics_pattern(r.topics_pattern))

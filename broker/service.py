@@ -32,6 +32,7 @@ from magnetar.broker.publish_buffer import PublishBuffer
 from magnetar.broker.resources import Resources
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.stats import sample_topic
+from magnetar.broker.system_topics import ChangeEvents, check_user_creatable
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_list import TopicListService
 from magnetar.broker.topic_name import TopicName
@@ -62,6 +63,7 @@ class BrokerService:
         self.policies = PolicyStore(store, config)
         self.schemas = SchemaRegistry(store, self.policies, config)
         self.compaction = CompactionService(self)
+        self.change_events = ChangeEvents(self)
         self.policies.add_listener(self._on_policies_changed)
         self.housekeeper = Housekeeper(self)
         #: Bookie auto-recovery running in this broker (cluster mode), for its status and metrics.
@@ -340,6 +342,7 @@ class BrokerService:
 
     async def create_topic(self, name: TopicName) -> PersistentTopic:
         """Create a non-partitioned topic (admin ``PUT``); 409 if it (or a partitioned one) exists."""
+        check_user_creatable(name)
         await self.check_namespace(name)
         if await self.topic_exists(name) or (
             name.partition_index < 0 and await self.resources.get_partitions(name) > 0
@@ -349,6 +352,7 @@ class BrokerService:
 
     async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         """Declare a partitioned topic; partitions are created on first use."""
+        check_user_creatable(name)
         await self.check_namespace(name)
         if partitions <= 0:
             raise BrokerError("Number of partitions should be more than 0", http_status=406)
@@ -466,6 +470,7 @@ class BrokerService:
         self.tasks.cancel()
         await self.housekeeper.close()
         await self.compaction.close()
+        await self.change_events.close()
         self.policies.close()
         self.topic_lists.close()
         for server in self._extra_servers:

@@ -27,6 +27,7 @@ from crc32c import crc32c
 
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.system_topics import is_system_topic
 from magnetar.broker.topic_name import TopicName
 from magnetar.metadata.api import MetadataStore, Notification, NotificationType
 
@@ -71,6 +72,8 @@ class TopicsPattern:
     def matches(self, topic: str) -> bool:
         """Whether the full topic name ``topic`` (a partition counts as its partitioned topic) matches."""
         base = _partitioned_name(topic)
+        if is_system_topic(base):
+            return False  # as Pulsar: system topics never match a subscription pattern
         _, sep, rest = base.partition(_SCHEME)
         return self._regex.fullmatch(rest if sep else base) is not None
 

@@ -51,6 +51,7 @@ from magnetar.broker.policies import (
     validate_retention,
 )
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.system_topics import is_system_topic, without_system_topics
 from magnetar.broker.topic_name import TopicName, check_named_entity
 
 log = logging.getLogger(__name__)
@@ -112,11 +113,6 @@ def backlog_quota_type(request: web.Request) -> BacklogQuotaType:
     raise bad_request(f"Invalid backlogQuotaType: {value!r} (destination_storage or message_age)")
 
 
-def _is_system_topic(name: str) -> bool:
-    # Pulsar's system topics (__change_events, __transaction_*, ...) all start with "__".
-    return TopicName.parse(name).local_name.startswith("__")
-
-
 async def namespace_topics(service: Any, ns: str) -> tuple[list[TopicName], list[TopicName]]:
     """(partitioned topics, other topics) of a namespace; partitions of partitioned topics excluded."""
     partitioned = [
@@ -141,7 +137,7 @@ async def delete_namespace_records(service: Any, ns: str, *, force: bool) -> Non
         raise not_found(f"Namespace {ns} does not exist.")
     partitioned, others = await namespace_topics(service, ns)
     topics = partitioned + others
-    if not force and any(not _is_system_topic(str(t)) for t in topics):
+    if not force and any(not is_system_topic(t) for t in topics):
         raise conflict("Cannot delete non empty namespace")
 
     def mark_deleted(policies: Policies) -> None:
@@ -263,7 +259,7 @@ async def list_topics(request: web.Request) -> web.Response:
     await existing_policies(request, ns)
     topics = await service_of(request).list_topics(ns, mode)
     if not include_system:
-        topics = [t for t in topics if not _is_system_topic(t)]
+        topics = without_system_topics(topics)
     return json_response(topics)
 
 

@@ -18,6 +18,7 @@ from magnetar.broker.admin.api import (
 from magnetar.broker.errors import TopicNotFoundError
 from magnetar.broker.service import BrokerService
 from magnetar.broker.stats import aggregate_partitioned, internal_stats, topic_stats
+from magnetar.broker.system_topics import without_system_topics
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_name import TopicName
 
@@ -66,7 +67,12 @@ def message_id_json(ledger_id: int, entry_id: int, partition: int = -1, batch_in
 
 
 # ---------------------------------------------------------------------------------------------- listing
-@routes.get(NS, summary="List topics of a namespace (partitions listed individually)", responses={200: "names"})
+@routes.get(
+    NS,
+    summary="List topics of a namespace (partitions listed individually)",
+    query={"includeSystemTopic": bool},
+    responses={200: "names"},
+)
 async def list_topics(request: web.Request) -> web.Response:
     from magnetar.broker.protocol import pulsar_api_pb2 as pb
 
@@ -79,7 +85,8 @@ async def list_topics(request: web.Request) -> web.Response:
         if request.match_info["domain"] == "persistent"
         else pb.CommandGetTopicsOfNamespace.NON_PERSISTENT
     )
-    return json_response(await service.list_topics(namespace, mode))
+    topics = await service.list_topics(namespace, mode)
+    return json_response(topics if query_bool(request, "includeSystemTopic") else without_system_topics(topics))
 
 
 @routes.get(f"{NS}/partitioned", summary="List partitioned topics of a namespace", responses={200: "names"})

@@ -3,6 +3,7 @@ listing and every namespace policy endpoint, success and error paths."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -158,8 +159,17 @@ def test_missing_namespace(base: str, tenant: str) -> None:
 # ---------------------------------------------------------------------------------------- topics and deletion
 def test_list_topics_modes_and_system_topics(base: str, ns: str, url: str) -> None:
     assert call("GET", f"{url}/topics").json == []
-    for topic in ("a", "b", "__change_events"):
+    for topic in ("a", "b"):
         assert call("PUT", f"{base}/persistent/{ns}/{topic}").status == 204
+    refused = call("PUT", f"{base}/persistent/{ns}/__change_events")  # system topics are the broker's
+    assert refused.status == 400 and refused.reason == "Cannot create topic in system topic format!"
+    # A topic-policy change makes the broker write its event to the namespace's __change_events.
+    assert call("POST", f"{base}/persistent/{ns}/a/messageTTL?messageTTL=60").status == 204
+    for _ in range(100):
+        listed = call("GET", f"{url}/topics?includeSystemTopic=true").json
+        if f"persistent://{ns}/__change_events" in listed:
+            break
+        time.sleep(0.05)
     expected = [f"persistent://{ns}/a", f"persistent://{ns}/b"]
     assert call("GET", f"{url}/topics").json == expected
     assert call("GET", f"{url}/topics?mode=ALL").json == expected
@@ -188,7 +198,14 @@ def test_delete_refused_while_topics_exist_unless_forced(base: str, ns: str, url
 
 
 def test_delete_empty_namespace_and_system_topics_only(base: str, ns: str, url: str) -> None:
-    assert call("PUT", f"{base}/persistent/{ns}/__change_events").status == 204
+    assert call("PUT", f"{base}/persistent/{ns}/a").status == 204
+    assert call("POST", f"{base}/persistent/{ns}/a/messageTTL?messageTTL=60").status == 204  # -> __change_events
+    for _ in range(100):
+        if f"persistent://{ns}/__change_events" in call("GET", f"{url}/topics?includeSystemTopic=true").json:
+            break
+        time.sleep(0.05)
+    assert call("DELETE", f"{base}/persistent/{ns}/a").status == 204
+    assert call("GET", f"{url}/topics?includeSystemTopic=true").json == [f"persistent://{ns}/__change_events"]
     assert call("DELETE", url).status == 204
     assert call("GET", url).status == 404
     assert call("DELETE", f"{url}?force=oops").status in (400, 404)
