@@ -132,13 +132,6 @@ def test_unload_keeps_clients_working(base: str, client: pulsar.Client, topic_na
     assert [consumer.receive(timeout_millis=10000).data() for _ in range(2)] == [b"before", b"after"]
 
 
-def test_compaction_not_implemented_yet(base: str, client: pulsar.Client, topic_name: str) -> None:
-    client.create_producer(topic_name).close()
-    reply = call("PUT", f"{base}/{_path(topic_name)}/compaction")
-    assert reply.status == 501 and "not implemented" in reply.reason
-    assert call("GET", f"{base}/{_path(topic_name)}/compaction").json["status"] == "NOT_RUN"
-
-
 def test_invalid_topic_name_is_412(base: str) -> None:
     reply = call("PUT", f"{base}/persistent/pub%20lic/default/t")
     assert reply.status == 412 and reply.json["reason"]
