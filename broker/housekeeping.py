@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from magnetar.broker.compactor import COMPACTION_SUBSCRIPTION
 from magnetar.broker.policies import BacklogQuota, EffectivePolicies
 from magnetar.common.tasks import TaskSet
 
@@ -78,8 +79,9 @@ class Housekeeper:
     async def expire_messages(self) -> None:
         for topic, eff in await self._topics_with_policies():
             if eff.message_ttl_seconds > 0:
-                for sub in list(topic.subscriptions.values()):
-                    await sub.expire_older_than(eff.message_ttl_seconds)
+                for name, sub in list(topic.subscriptions.items()):
+                    if name != COMPACTION_SUBSCRIPTION:  # as Pulsar: TTL never moves compaction's cursor
+                        await sub.expire_older_than(eff.message_ttl_seconds)
 
     # ------------------------------------------------------------------ backlog quotas
     async def check_backlog_quotas(self) -> None:
@@ -95,6 +97,8 @@ class Housekeeper:
                 continue
             for name, sub in list(topic.subscriptions.items()):
                 idle_since = getattr(sub.cursor, "last_active_ms", now_ms)
+                if name == COMPACTION_SUBSCRIPTION:
+                    continue  # holds the compacted ledger, not a client's subscription
                 if sub.durable and not sub.consumers and now_ms - idle_since > minutes * 60_000:
                     log.info("deleting subscription %s of %s: inactive for over %s minutes", name, topic.name, minutes)
                     await sub.unsubscribe(None, force=True)
