@@ -84,9 +84,22 @@ def parse_avro(data: bytes) -> Any:
     return definition
 
 
+def _is_avro(data: bytes) -> bool:
+    try:
+        parse_avro(data)
+    except InvalidSchemaError:
+        return False
+    return True
+
+
 def validate(type_name: str, data: bytes, properties: dict[str, str]) -> None:
     """Refuse schema data that does not parse (raises :class:`InvalidSchemaError`)."""
-    if type_name in AVRO_BASED and data:
+    if type_name == "Json" and data and not _is_avro(data):
+        try:
+            json.loads(data)  # an old-style JSON-schema definition (Pulsar 2.0 clients)
+        except ValueError:
+            raise InvalidSchemaError("Invalid JSON schema definition") from None
+    elif type_name in AVRO_BASED and data:
         parse_avro(data)
     elif type_name == "KeyValue":
         key, value = split_key_value(data)
@@ -103,6 +116,9 @@ def can_read(reader_type: str, reader: bytes, writer_type: str, writer: bytes, p
     if reader_type in AVRO_BASED:
         if not reader or not writer:
             return reader == writer
+        if reader_type == "Json" and not (_is_avro(reader) and _is_avro(writer)):
+            # Old-style JSON-schema definitions: compatible with each other, not with Avro-based ones.
+            return not _is_avro(reader) and not _is_avro(writer)
         return _avro_can_read(parse_avro(reader), parse_avro(writer))
     if reader_type == "KeyValue":
         rk, rv = split_key_value(reader)

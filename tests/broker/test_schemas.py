@@ -80,6 +80,14 @@ def test_transitive_strategies_check_every_version() -> None:
     assert compatible("FORWARD_TRANSITIVE", dropped, forward_history) is not None
 
 
+def test_old_style_json_schemas() -> None:
+    old = ("Json", json.dumps({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}).encode(), {})
+    other = ("Json", json.dumps({"type": "object", "properties": {"a": {"type": "string"}}}).encode(), {})
+    avro_json = ("Json", _def([A])[1], {})
+    assert compatible("FULL", other, [old]) is None
+    assert compatible("FULL", avro_json, [old]) is not None
+
+
 def test_types_never_change_and_unions_resolve() -> None:
     assert compatible("FULL", ("String", b"", {}), [_def([A])]) is not None
     optional = _def([{"name": "a", "type": ["null", "string"], "default": None}])
