@@ -248,3 +248,22 @@ def test_kill9_during_compaction_then_compaction_completes(fresh_standalone: Sta
         assert len(got) == keys and dict(got) == {f"k{k}": f"{k}-1".encode() for k in range(keys)}
     finally:
         client.close()
+
+
+def test_partitioned_topic_compaction_and_delete(standalone: StandaloneProcess, client: pulsar.Client) -> None:
+    topic = f"persistent://public/default/compact-parts-{uuid.uuid4().hex[:8]}"
+    base = f"{standalone.http_url}/admin/v2/persistent/{topic.removeprefix('persistent://')}"
+    assert call("PUT", f"{base}/partitions", 2).status == 204
+    producer = client.create_producer(topic)
+    for rnd in range(3):
+        for k in range(6):
+            producer.send(f"{k}-{rnd}".encode(), partition_key=f"k{k}")
+    producer.close()
+    assert compact(standalone, topic) == {"status": "SUCCESS", "lastError": ""}  # every partition
+    consumer = client.subscribe(
+        topic, "table", is_read_compacted=True, initial_position=pulsar.InitialPosition.Earliest
+    )
+    assert sorted(drain(consumer)) == [(f"k{k}", f"{k}-2".encode()) for k in range(6)]
+    consumer.close()
+    assert call("DELETE", f"{base}/partitions?force=true").status == 204
+    assert call("GET", f"{base}/compaction").status == 404
