@@ -199,8 +199,11 @@ class CompactionService:
         for topic in self.service.loaded_topics():
             if str(topic.name) in self._running or not topic.name.persistent:
                 continue
+            tp = await self.service.policies.topic(topic.name)
             ns = await self.service.policies.namespace(topic.name.namespace)
-            threshold = ns.compaction_threshold if ns and ns.compaction_threshold is not None else None
+            threshold = tp.compactionThreshold if tp is not None else None
+            if threshold is None and ns is not None:
+                threshold = ns.compaction_threshold
             if threshold is None:
                 threshold = self.service.config.broker_service_compaction_threshold_in_bytes
             if threshold <= 0:

@@ -459,3 +459,14 @@ async def remove_backlog_quota(request: web.Request) -> web.Response:
     quota_type = backlog_quota_type(request)
     await ctx.update(lambda tp: tp.backLogQuotaMap.pop(quota_type, None))
     return no_content()
+
+
+# -- compaction threshold (bytes of backlog after the last compaction)
+def _check_threshold(ctx: _Context, tp: TopicPolicies, value: int) -> None:
+    if not 0 <= value < 2**63:
+        raise precondition_failed("Invalid value for compactionThreshold")
+
+
+_register("compactionThreshold", "compaction threshold", int, *_attr("compactionThreshold"),
+          _ns_or("compaction_threshold", lambda c: c.broker_service_compaction_threshold_in_bytes),
+          _check_threshold)  # fmt: skip

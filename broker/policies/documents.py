@@ -252,6 +252,7 @@ class TopicPolicies(BaseModel):
     delayedDeliveryMaxDelayInMillis: Int64 | None = None
     inactiveTopicPolicies: InactiveTopicPolicies | None = None
     schemaCompatibilityStrategy: SchemaCompatibilityStrategy | None = None
+    compactionThreshold: Int64 | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationOverride | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -211,6 +211,17 @@ def test_threshold_triggers_compaction(threshold_broker: StandaloneProcess) -> N
         reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
         assert sorted(read_all(reader)) == [("k0", b"x" * 100 + b"48"), ("k1", b"x" * 100 + b"49"),
                                             ("k2", b"x" * 100 + b"47")]  # fmt: skip
+        # A topic-level threshold overrides the namespace's: a huge one stops automatic compaction.
+        other = f"persistent://public/default/auto-topic-{uuid.uuid4().hex[:8]}"
+        producer = client.create_producer(other)
+        topic_url = f"{node.http_url}/admin/v2/persistent/{other.removeprefix('persistent://')}/compactionThreshold"
+        assert call("POST", topic_url, 10**12).status == 204
+        assert call("GET", topic_url).json == 10**12
+        assert call("POST", topic_url, -1).status == 412
+        for i in range(50):
+            producer.send(b"y" * 100, partition_key=f"k{i % 3}")
+        time.sleep(2.5)  # two monitor rounds
+        assert call("GET", _admin(node, other)).json["status"] == "NOT_RUN"
     finally:
         client.close()
 
