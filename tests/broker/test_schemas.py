@@ -15,7 +15,7 @@ from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, Strin
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.schema_compatibility import compatible
 from tests.admin.rest import call
-from tests.conftest import StandaloneProcess
+from tests.conftest import StandaloneProcess, _quiet_logger
 from tests.rawclient import RawClient
 
 T = pb.BaseCommand
@@ -261,3 +261,26 @@ def test_admin_schema_endpoints(standalone: StandaloneProcess, namespace: str) -
     assert call("POST", f"{other}/schema", kv).json == {"version": 0}
     assert json.loads(call("GET", f"{other}/schema").json["data"])["key"]["name"] == "User"
     assert call("GET", f"{standalone.http_url}/admin/v2/schemas/nope/nope/t/schema").status == 404
+
+
+def test_schemas_survive_a_restart(fresh_standalone: StandaloneProcess) -> None:
+    node = fresh_standalone
+    node.start()
+    topic = "persistent://public/default/schema-restart"
+    client = pulsar.Client(node.service_url, operation_timeout_seconds=10, logger=_quiet_logger())
+    try:
+        client.create_producer(topic, schema=AvroSchema(V1)).close()
+        client.create_producer(topic, schema=AvroSchema(V2)).close()
+    finally:
+        client.close()
+    node.restart()
+    url = f"{node.http_url}/admin/v2/schemas/public/default/schema-restart/schema"
+    assert call("GET", url).json["version"] == 1
+    client = pulsar.Client(node.service_url, operation_timeout_seconds=10, logger=_quiet_logger())
+    try:
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer(topic, schema=AvroSchema(V3))
+        producer = client.create_producer(topic, schema=AvroSchema(V1))
+        producer.send(V1(name="again"))
+    finally:
+        client.close()
