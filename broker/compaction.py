@@ -229,6 +229,19 @@ class CompactionService:
         self._results[key] = result
         return result
 
+    def ledger_stats(self, topic: PersistentTopic) -> dict[str, Any]:
+        """``compactedLedger`` of the topic's internal stats (``-1`` when none is loaded)."""
+        compacted = self._results.get(str(topic.name))
+        if compacted is None:
+            return {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}
+        return {
+            "ledgerId": compacted.ledger_id,
+            "entries": len(compacted.positions),
+            "size": compacted.size,
+            "offloaded": False,
+            "underReplicated": False,
+        }
+
     async def prepare_read(self, topic: PersistentTopic, sub_type: int) -> None:
         """Check a ``read_compacted`` subscribe and load the topic's compacted ledger."""
         if sub_type not in (SubType.Exclusive, SubType.Failover):

@@ -126,6 +126,8 @@ class CompactedLedger:
     ledger_id: int
     horizon: Position
     positions: list[Position]
+    #: Bytes of the compacted ledger's entries.
+    size: int = 0
     _handle: ReadHandle | None = field(default=None, repr=False)
 
     @classmethod
@@ -134,6 +136,7 @@ class CompactedLedger:
         result = cls(ledger_id, horizon, [])
         async for entry in result.scan(client):
             result.positions.append(entry.position)
+        result.size = (await result._open(client)).length
         return result
 
     async def _open(self, client: LedgerClient) -> ReadHandle:
@@ -224,7 +227,7 @@ class TwoPhaseCompactor:
         if previous is not None:
             await previous.close()
             await self.client.delete_ledger(previous.ledger_id)
-        return CompactedLedger(handle.ledger_id, horizon, positions)
+        return CompactedLedger(handle.ledger_id, horizon, positions, handle.length)
 
     def _keeps(self, msg: Message, latest: dict[str, tuple[Position, int, bool]], pos: Position, i: int) -> bool:
         if msg.compacted_out:

@@ -293,5 +293,5 @@ def internal_stats(topic: PersistentTopic) -> dict[str, Any]:
         ],
         "cursors": cursors,
         "schemaLedgers": [],
-        "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False},
+        "compactedLedger": topic.service.compaction.ledger_stats(topic),
     }

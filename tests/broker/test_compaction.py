@@ -160,6 +160,10 @@ def test_second_compaction_builds_on_the_first(standalone: StandaloneProcess, cl
     reader.close()
     stats = call("GET", f"{standalone.http_url}/admin/v2/persistent/{topic[13:]}/stats").json
     assert "__compaction" in stats["subscriptions"]
+    internal = call("GET", f"{standalone.http_url}/admin/v2/persistent/{topic[13:]}/internalStats").json
+    compacted = internal["compactedLedger"]
+    assert compacted["ledgerId"] >= 0 and compacted["entries"] == 5 and compacted["size"] > 0
+    assert internal["cursors"]["__compaction"]["markDeletePosition"] == internal["lastConfirmedEntry"]
 
 
 def test_read_compacted_only_on_exclusive_or_failover(
