@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker.compactor import (
@@ -47,7 +47,7 @@ class CompactionInProgressError(BrokerError):
     http_status = 409
 
 
-class CompactedView:
+class CompactedView(ManagedCursor):
     """A cursor that reads the compacted ledger below the horizon and the topic above it.
 
     Acks go to the wrapped cursor; seeks and rewinds move it too. The view keeps its own position
@@ -64,6 +64,8 @@ class CompactedView:
         read: Callable[[CompactedLedger, int, int], Any],
     ) -> None:
         self.cursor = cursor
+        self.name = cursor.name
+        self.durable = cursor.durable
         self._ledger = ledger
         self._compacted = compacted
         self._read = read
@@ -71,9 +73,6 @@ class CompactedView:
         self._pos: Position | None = None
         #: Id of the compacted ledger whose part has been read since the last seek.
         self._done: int | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.cursor, name)
 
     def _next(self) -> tuple[CompactedLedger, int] | None:
         """The compacted ledger and index to read next, or ``None`` when reading the topic."""
@@ -121,6 +120,56 @@ class CompactedView:
         if self._next() is not None:
             return await self.read_entries(max_entries)
         return await self.cursor.read_entries_or_wait(max_entries)
+
+    # -- everything else is the wrapped cursor's
+    @property
+    def mark_delete_position(self) -> Position:
+        return self.cursor.mark_delete_position
+
+    @property
+    def read_position(self) -> Position:
+        return self.cursor.read_position
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self.cursor.properties
+
+    async def replay_entries(self, positions: Iterable[Position]) -> list[Entry]:
+        return await self.cursor.replay_entries(positions)
+
+    def delete(self, positions: Iterable[Position]) -> None:
+        self.cursor.delete(positions)
+
+    def mark_delete(self, position: Position) -> None:
+        self.cursor.mark_delete(position)
+
+    def is_acked(self, position: Position) -> bool:
+        return self.cursor.is_acked(position)
+
+    def batch_unacked(self, position: Position) -> list[int] | None:
+        return self.cursor.batch_unacked(position)
+
+    def set_batch_unacked(self, position: Position, words: list[int] | None) -> None:
+        self.cursor.set_batch_unacked(position, words)
+
+    def acked_ranges(self) -> list[tuple[Position, Position]]:
+        return self.cursor.acked_ranges()
+
+    async def reset(self, position: Position) -> None:
+        await self.cursor.reset(position)
+        self._done = self._pos = None
+
+    def backlog_entries(self) -> int:
+        return self.cursor.backlog_entries()
+
+    def set_property(self, key: str, value: str | None) -> None:
+        self.cursor.set_property(key, value)
+
+    async def flush(self) -> None:
+        await self.cursor.flush()
+
+    async def close(self) -> None:
+        await self.cursor.close()
 
     def seek(self, read_position: Position) -> None:
         self.cursor.seek(read_position)
@@ -181,7 +230,7 @@ class CompactionService:
         """Compact ``topic`` now (the caller keeps the task); returns the current compacted ledger."""
         sub = await topic.subscribe(COMPACTION_SUBSCRIPTION, True, pb.CommandSubscribe.Earliest, None)
         previous = await self.compacted(topic)
-        config = topic.ledger.config  # type: ignore[attr-defined]
+        config = topic.ledger.config
         compactor = TwoPhaseCompactor(
             self._client,
             LedgerConfig(config.ensemble_size, config.write_quorum, config.ack_quorum),

@@ -42,8 +42,8 @@ class Housekeeper:
         ]
         jobs.append(("dedup-purge", 60.0, self.purge_inactive_producers))
         if c.broker_service_compaction_monitor_interval_in_seconds > 0:
-            interval = c.broker_service_compaction_monitor_interval_in_seconds
-            jobs.append(("compaction-threshold", interval, self.service.compaction.check_thresholds))
+            every = c.broker_service_compaction_monitor_interval_in_seconds
+            jobs.append(("compaction-threshold", every, self.service.compaction.check_thresholds))
         if c.backlog_quota_check_enabled:
             jobs.append(("backlog-quota", c.backlog_quota_check_interval_in_seconds, self.check_backlog_quotas))
         if c.broker_delete_inactive_topics_enabled:
