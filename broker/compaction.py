@@ -295,12 +295,13 @@ class CompactionService:
         """Check a ``read_compacted`` subscribe and load the topic's compacted ledger."""
         if sub_type not in (SubType.Exclusive, SubType.Failover):
             raise NotAllowedError("readCompacted only allowed on failover or exclusive subscriptions")
-        await self.compacted(topic)
+        if topic.name.persistent:  # a non-persistent topic has nothing compacted: the flag is moot
+            await self.compacted(topic)
 
     async def attach(self, sub: Subscription) -> None:
         """Make ``sub``'s dispatcher read the compacted view (after :meth:`prepare_read`)."""
         dispatcher = sub.dispatcher
-        if dispatcher is None:
+        if dispatcher is None or not sub.topic.name.persistent:
             return
         key = str(sub.topic.name)
         await dispatcher.stop()  # restarted below so its read loop takes the view
