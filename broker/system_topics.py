@@ -19,7 +19,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from magnetar.broker.errors import BrokerError
+from magnetar.broker.errors import NotAllowedError
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import build_entry
 from magnetar.broker.topic_name import TopicName
@@ -59,7 +59,7 @@ def without_system_topics(topics: list[str]) -> list[str]:
 def check_user_creatable(topic: TopicName) -> None:
     """Refuse creating a system topic through the admin API (Pulsar's 400)."""
     if is_system_topic(topic):
-        raise BrokerError("Cannot create topic in system topic format!", pb.NotAllowedError, http_status=400)
+        raise NotAllowedError("Cannot create topic in system topic format!", http_status=400)
 
 
 class ChangeEvents:
