@@ -235,6 +235,7 @@ class CompactionService:
             self._client,
             LedgerConfig(config.ensemble_size, config.write_quorum, config.ack_quorum),
             self.service.config.topic_compaction_retain_null_key,
+            self.service.config.max_uncompressed_message_size,
         )
         result = await compactor.compact(topic.ledger, sub.cursor, previous)
         if result is not None:
@@ -330,7 +331,8 @@ class CompactionService:
         (entry,) = await compacted.read(self._client, len(compacted.positions) - 1, 1)
         if not parse_metadata(entry.data)[0].HasField("num_messages_in_batch"):
             return entry.position, -1
-        return entry.position, max(i for i, m in enumerate(messages_of(entry.data)) if not m.compacted_out)
+        msgs = messages_of(entry.data, self.service.config.max_uncompressed_message_size)
+        return entry.position, max(i for i, m in enumerate(msgs) if not m.compacted_out)
 
     # ------------------------------------------------------------------ lifecycle
     async def forget(self, topic: PersistentTopic | None, name: str) -> None:

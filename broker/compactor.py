@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import logging
 import struct
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
-from magnetar.broker.protocol.compression import decompress
+from magnetar.broker.protocol.compression import CorruptPayloadError, decompress
 from magnetar.broker.protocol.frames import build_entry, parse_metadata
 from magnetar.ledger.api import LedgerClient, LedgerConfig, ReadHandle
 from magnetar.managed_ledger.api import Entry, ManagedCursor, ManagedLedger, Position
+
+log = logging.getLogger(__name__)
 
 COMPACTION_SUBSCRIPTION = "__compaction"
 LEDGER_PROPERTY = "CompactedTopicLedger"
@@ -52,21 +57,24 @@ class Message:
 
 
 # ------------------------------------------------------------------------------------------ entries
-def messages_of(data: bytes) -> list[Message]:
-    """The messages of a stored entry, in batch order (one for a plain message)."""
+def messages_of(data: bytes, limit: int) -> list[Message]:
+    """The messages of a stored entry, in batch order (one for a plain message); a batch may decompress
+    to at most ``limit`` bytes (:class:`CorruptPayloadError` otherwise)."""
     meta, payload = parse_metadata(data)
     if not meta.HasField("num_messages_in_batch"):
         key = meta.partition_key if meta.HasField("partition_key") else None
         return [Message(key, meta.null_value or len(payload) == 0)]
     out = []
-    for smm, body in _split_batch(meta, payload):
+    for smm, body in _split_batch(meta, payload, limit):
         key = smm.partition_key if smm.HasField("partition_key") else None
         out.append(Message(key, smm.null_value or len(body) == 0, smm.compacted_out))
     return out
 
 
-def _split_batch(meta: pb.MessageMetadata, payload: memoryview) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
-    raw = decompress(meta.compression, payload, meta.uncompressed_size)
+def _split_batch(
+    meta: pb.MessageMetadata, payload: memoryview, limit: int
+) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
+    raw = decompress(meta.compression, payload, meta.uncompressed_size, limit)
     out = []
     offset = 0
     for _ in range(meta.num_messages_in_batch):
@@ -79,7 +87,7 @@ def _split_batch(meta: pb.MessageMetadata, payload: memoryview) -> list[tuple[pb
     return out
 
 
-def keep_only(data: bytes, keep: set[int]) -> bytes:
+def keep_only(data: bytes, keep: set[int], limit: int) -> bytes:
     """A batch entry holding only the messages whose index is in ``keep`` (uncompressed).
 
     The superseded messages are left out rather than flagged ``compacted_out``: the C++-based
@@ -87,7 +95,7 @@ def keep_only(data: bytes, keep: set[int]) -> bytes:
     """
     meta, payload = parse_metadata(data)
     parts = []
-    for i, (smm, body) in enumerate(_split_batch(meta, payload)):
+    for i, (smm, body) in enumerate(_split_batch(meta, payload, limit)):
         if i in keep:
             encoded = smm.SerializeToString()
             parts.append(_U32.pack(len(encoded)) + encoded + body)
@@ -174,10 +182,13 @@ class CompactedLedger:
 class TwoPhaseCompactor:
     """Compacts one topic's managed ledger into a new compacted ledger (see the module docstring)."""
 
-    def __init__(self, client: LedgerClient, ledger_config: LedgerConfig, retain_null_key: bool) -> None:
+    def __init__(
+        self, client: LedgerClient, ledger_config: LedgerConfig, retain_null_key: bool, max_uncompressed: int
+    ) -> None:
         self.client = client
         self.ledger_config = ledger_config
         self.retain_null_key = retain_null_key
+        self.max_uncompressed = max_uncompressed
 
     async def compact(
         self, ml: ManagedLedger, cursor: ManagedCursor, previous: CompactedLedger | None
@@ -196,7 +207,7 @@ class TwoPhaseCompactor:
 
         latest: dict[str, tuple[Position, int, bool]] = {}
         async for entry in self._source(ml, previous, start, horizon):
-            for i, msg in enumerate(messages_of(entry.data)):
+            for i, msg in enumerate(self._messages(entry)):
                 if msg.key is not None and not msg.compacted_out:
                     latest[msg.key] = (entry.position, i, msg.tombstone)
 
@@ -206,11 +217,11 @@ class TwoPhaseCompactor:
         positions: list[Position] = []
         window: list[Coroutine[Any, Any, int]] = []
         async for entry in self._source(ml, previous, start, horizon):
-            msgs = messages_of(entry.data)
+            msgs = self._messages(entry)
             keep = {i for i, msg in enumerate(msgs) if self._keeps(msg, latest, entry.position, i)}
             if not keep:
                 continue
-            data = entry.data if len(keep) == len(msgs) else keep_only(entry.data, keep)
+            data = entry.data if len(keep) == len(msgs) else keep_only(entry.data, keep, self.max_uncompressed)
             window.append(handle.append(encode_record(entry.position, data)))  # started in order by gather
             positions.append(entry.position)
             if len(window) >= _WRITE_WINDOW:
@@ -228,6 +239,14 @@ class TwoPhaseCompactor:
             await previous.close()
             await self.client.delete_ledger(previous.ledger_id)
         return CompactedLedger(handle.ledger_id, horizon, positions, handle.length)
+
+    def _messages(self, entry: Entry) -> list[Message]:
+        try:
+            return messages_of(entry.data, self.max_uncompressed)
+        except (CorruptPayloadError, ValueError, struct.error, DecodeError) as exc:
+            # A payload the broker cannot read has no key it could keep: left out of the compacted view.
+            log.warning("compaction skips entry %s: %s", entry.position, exc)
+            return []
 
     def _keeps(self, msg: Message, latest: dict[str, tuple[Position, int, bool]], pos: Position, i: int) -> bool:
         if msg.compacted_out:

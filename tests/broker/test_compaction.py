@@ -12,6 +12,7 @@ import pulsar
 import pytest
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.protocol.frames import build_entry
 from tests.admin.rest import call
 from tests.conftest import StandaloneProcess, _quiet_logger
 from tests.rawclient import RawClient
@@ -287,3 +288,22 @@ def test_partitioned_topic_compaction_and_delete(standalone: StandaloneProcess, 
     consumer.close()
     assert call("DELETE", f"{base}/partitions?force=true").status == 204
     assert call("GET", f"{base}/compaction").status == 404
+
+
+def test_unreadable_batch_is_left_out(standalone: StandaloneProcess, client: pulsar.Client, topic: str) -> None:
+    good = client.create_producer(topic)
+    good.send(b"v1", partition_key="k1")
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        raw.create_producer(topic, producer_id=1, request_id=1)
+        meta = pb.MessageMetadata(producer_name="raw", sequence_id=0, publish_time=1, num_messages_in_batch=2,
+                                  compression=pb.LZ4, uncompressed_size=64)  # fmt: skip
+        raw.send_message(1, 0, b"", entry=build_entry(meta, b"not lz4 at all"))
+        assert raw.recv_until(T.SEND_RECEIPT).send_receipt.sequence_id == 0
+    finally:
+        raw.close()
+    good.send(b"v2", partition_key="k2")
+    assert compact(standalone, topic) == {"status": "SUCCESS", "lastError": ""}
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert read_all(reader) == [("k1", b"v1"), ("k2", b"v2")]
