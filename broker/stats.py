@@ -177,7 +177,7 @@ def topic_stats(topic: PersistentTopic) -> dict[str, Any]:
         "publishers": publishers,
         "subscriptions": subscriptions,
         "replication": {},
-        "deduplicationStatus": "Disabled",
+        "deduplicationStatus": "Enabled" if topic.dedup.enabled else "Disabled",
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "topicEpoch": None,

@@ -171,3 +171,13 @@ def test_wait_for_exclusive_producer_cannot_publish_before_granted(
     owner.send(b"owner's")
     consumer = client.subscribe(topic_name, "s", initial_position=E)
     assert _drain(consumer) == [b"owner's"]
+
+
+def test_stats_report_deduplication_status(
+    standalone: StandaloneProcess, client: pulsar.Client, dedup_topic: str, topic_name: str
+) -> None:
+    """Users check ``deduplicationStatus`` before relying on exactly-once writes: it must say Enabled."""
+    for name, want in ((dedup_topic, "Enabled"), (topic_name, "Disabled")):
+        client.create_producer(name).close()
+        stats = call("GET", f"{standalone.http_url}/admin/v2/persistent/{name[len('persistent://'):]}/stats")
+        assert stats.json["deduplicationStatus"] == want, name
