@@ -236,7 +236,8 @@ class PulsarBatchReader(DataSourceReader):
             self.planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, TopicRange)
+        if not isinstance(partition, TopicRange):
+            return  # PySpark's placeholder partition when there is nothing to read
         try:
             yield from self.planner.read(partition)
         finally:
@@ -311,7 +312,8 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.planner.plan(load_offset(start), load_offset(end))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, TopicRange)
+        if not isinstance(partition, TopicRange):
+            return  # PySpark's placeholder partition when there is nothing to read
         try:
             yield from self.planner.read(partition)
         finally:

@@ -282,3 +282,59 @@ def test_fail_on_data_loss(spark: Any, standalone: StandaloneProcess, client: An
         **_opts(standalone, topic=topic_name, startingOffsets=gone, failOnDataLoss="false")
     )
     assert [r.value.decode() for r in lenient.load().collect()] == ["d0", "d1", "d2"]
+
+
+def _raw_produce(broker: StandaloneProcess, topic: str, stamped: list[tuple[bytes, int]]) -> None:
+    """One non-batched entry per value with the given publish time (ms): several in one millisecond."""
+    from magnetar.broker.protocol import pulsar_api_pb2 as pb
+    from magnetar.broker.protocol.frames import build_entry
+    from tests.rawclient import T, RawClient
+
+    raw = RawClient(broker.port)
+    try:
+        raw.connect()
+        assert raw.create_producer(topic).type == T.PRODUCER_SUCCESS
+        for seq, (value, publish_time) in enumerate(stamped):
+            meta = pb.MessageMetadata(producer_name="raw-spark", sequence_id=seq, publish_time=publish_time)
+            raw.send_message(1, seq, value, build_entry(meta, value))
+            assert raw.recv_until(T.SEND_RECEIPT).send_receipt.sequence_id == seq
+    finally:
+        raw.close()
+
+
+def test_empty_ranges_give_no_rows(
+    spark: Any, standalone: StandaloneProcess, client: Any, topic_name: str, tmp_path: Path
+) -> None:
+    """Nothing to read is 0 rows (batch) / an empty micro-batch (stream), never an executor AssertionError."""
+    _admin(standalone, "PUT", f"persistent/{topic_name[13:]}-empty")  # exists, never produced to
+    _produce(client, topic_name, ["x0", "x1"])
+    future = str(int(time.time() * 1000) + 3_600_000)
+    cases = [
+        {"topic": f"{topic_name}-empty"},
+        {"topic": f"{topic_name}-missing"},
+        {"topic": topic_name, "startingOffsets": json.dumps({topic_name: "latest"})},
+        {"topic": topic_name, "startingTime": future},
+    ]
+    for extra in cases:
+        df = spark.read.format("pulsar").options(**_opts(standalone, **extra)).load()
+        assert df.collect() == [], extra
+    stream = spark.readStream.format("pulsar").options(**_opts(standalone, topic=f"{topic_name}-missing"))
+    q = stream.load().writeStream.format("memory").queryName("emptystream").trigger(availableNow=True).start()
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert spark.sql("select count(*) c from emptystream").collect()[0].c == 0
+
+
+def test_time_boundaries_in_one_millisecond(spark: Any, standalone: StandaloneProcess, topic_name: str) -> None:
+    """startingTime=T includes every message published at T, endingTime=T excludes them all."""
+    t = int(time.time() * 1000) - 60_000
+    _raw_produce(standalone, topic_name, [(b"m0", t - 5), (b"m1", t), (b"m2", t), (b"m3", t + 1)])
+
+    def values(**extra: str) -> list[str]:
+        df = spark.read.format("pulsar").options(**_opts(standalone, topic=topic_name, **extra)).load()
+        return [r.value.decode() for r in df.collect()]
+
+    assert values(startingTime=str(t)) == ["m1", "m2", "m3"]
+    assert values(endingTime=str(t + 1)) == ["m0", "m1", "m2"]
+    assert values(endingTime=str(t)) == ["m0"]
+    assert values(startingTime=str(t), endingTime=str(t + 1)) == ["m1", "m2"]
