@@ -45,14 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pyspark.sql import SparkSession
 
-    from magnetar.spark import PulsarDataSource
+    from magnetar.spark import register
 
     builder = SparkSession.builder.appName("magnetar-topic-to-parquet")
     if args.master:
         builder = builder.master(args.master)
     spark = builder.getOrCreate()
-    # Explicit registration: works with editable installs too (auto-registration needs a regular install).
-    spark.dataSource.register(PulsarDataSource)
+    register(spark)  # unless Spark auto-registered it (regular installs): no "replaced" warnings
 
     reader = (
         spark.readStream.format("pulsar")

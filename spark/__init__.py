@@ -8,7 +8,25 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PulsarDataSource"]
+__all__ = ["PulsarDataSource", "register"]
+
+#: The top-level module Spark registers by itself when it finds it on ``sys.path`` (regular installs).
+AUTO_MODULE = "pyspark_magnetar"
+
+
+def register(spark: Any) -> None:
+    """Make ``format("pulsar")`` available in ``spark``, unless Spark registered it already at start-up.
+
+    Registering again over the automatic registration works too, but makes Spark warn "replaced a statically
+    registered data source" (in every streaming query); Spark finds ``pyspark_*`` modules with pkgutil.
+    """
+    import pkgutil
+
+    if any(m.name == AUTO_MODULE for m in pkgutil.iter_modules()):
+        return
+    from magnetar.spark.datasource import PulsarDataSource
+
+    spark.dataSource.register(PulsarDataSource)
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,7 @@ from magnetar.admin_client.client import AdminClient
 from magnetar.admin_client.errors import AdminError
 from magnetar.admin_client.paths import api_path, parse_topic, subscription_path, topic_path
 from magnetar.broker.topic_name import TopicName
-from magnetar.spark.offsets import Position, after_last
+from magnetar.spark.offsets import EARLIEST, Position, after_last
 
 
 class Admin:
@@ -43,15 +43,25 @@ class Admin:
                 found.append(name)
         return sorted(found)
 
-    def end_position(self, topic: str) -> Position:
-        """Exclusive end of a concrete topic now (after its last entry; EARLIEST when empty)."""
+    def last_position(self, topic: str) -> Position | None:
+        """Exclusive end of a concrete topic now (EARLIEST when empty); None when the topic does not exist."""
         try:
             data = self.client.get(f"{_topic_path(topic)}/lastMessageId")
         except AdminError as exc:
             if exc.status != 404:
                 raise
-            return after_last(-1, -1)  # not created yet: empty, so a stream can start before its topic
+            return None
         return after_last(int(data.get("ledgerId", -1)), int(data.get("entryId", -1)))
+
+    def end_position(self, topic: str) -> Position:
+        """Exclusive end of a concrete topic now; EARLIEST when empty or not created yet (a stream can start
+        before its topic)."""
+        end = self.last_position(topic)
+        return EARLIEST if end is None else end
+
+    def exists(self, topic: str) -> bool:
+        """Whether a topic (partitioned, or a concrete one) exists."""
+        return self.partitions(topic) > 0 or self.last_position(topic) is not None
 
     def internal_stats(self, topic: str) -> dict[str, Any]:
         return self.client.get(f"{_topic_path(topic)}/internalStats")
@@ -64,16 +74,32 @@ class Admin:
             out[-1] = (out[-1][0], max(out[-1][1], int(stats["currentLedgerEntries"])))
         return out
 
+    def create_subscription(self, topic: str, subscription: str, position: Position) -> bool:
+        """Create a durable subscription whose next message is ``position``; False when it already exists."""
+        path = subscription_path(parse_topic(topic), subscription)
+        try:
+            self.client.call("PUT", path, body=_message_id(position))
+        except AdminError as exc:
+            if exc.status != 409:
+                raise
+            return False
+        return True
+
     def reset_subscription(self, topic: str, subscription: str, position: Position) -> None:
         """Move (creating if needed) a durable subscription so its next message is ``position``."""
         path = subscription_path(parse_topic(topic), subscription)
-        body = {"ledgerId": position.ledger, "entryId": max(position.entry, 0)}
         try:
-            self.client.call("POST", f"{path}/resetcursor", body=body)
+            self.client.call("POST", f"{path}/resetcursor", body=_message_id(position))
         except AdminError as exc:
             if exc.status != 404:
                 raise
-            self.client.call("PUT", path, body=body)
+            self.client.call("PUT", path, body=_message_id(position))
+
+
+def _message_id(position: Position) -> dict[str, int]:
+    if position.is_earliest:
+        return {"ledgerId": -1, "entryId": -1}
+    return {"ledgerId": position.ledger, "entryId": max(position.entry, 0)}
 
 
 def _topic_path(topic: str) -> str:

@@ -1,7 +1,7 @@
 """Throughput of the ``pulsar`` source: rows/s of a batch read and of an availableNow stream from one topic.
 
     magnetar standalone --data-dir /tmp/bench-data &
-    python -m magnetar.spark.bench --messages 200000 --size 100 --partitions 2
+    python -m magnetar.spark.bench --messages 300000 --size 100 --partitions 2
 
 Produces ``--messages`` messages (batched) into a fresh partitioned topic, then times ``count()`` of a batch
 read and an availableNow streaming query into the ``noop`` sink (both after one warm-up query).
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--service-url", default="pulsar://localhost:6650")
     p.add_argument("--admin-url", default="http://localhost:8080")
-    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--messages", type=int, default=300_000)
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--master", default="local[2]")
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from magnetar.spark import PulsarDataSource
+    from magnetar.spark import register
 
     spark = (
         SparkSession.builder.master(args.master)
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(PulsarDataSource)
+    register(spark)
     opts = {"service.url": args.service_url, "admin.url": args.admin_url, "topic": topic}
 
     spark.read.format("pulsar").options(**opts).load().limit(1).collect()  # warm-up (JVM, Python workers)

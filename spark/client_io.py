@@ -41,17 +41,23 @@ def partition_index(topic: str) -> int:
     return int(tail) if sep and tail.isdigit() else -1
 
 
-def open_reader(client: Any, topic: str, start: Position) -> Any:
+def open_reader(client: Any, topic: str, start: Position, options: Mapping[str, Any] | None = None) -> Any:
+    """A non-durable reader at ``start``; ``options`` are the user's ``pulsar.reader.*`` arguments."""
+    kwargs: dict[str, Any] = {"reader_name": f"spark-{uuid.uuid4().hex[:12]}", "receiver_queue_size": 2000}
+    kwargs.update(options or {})
     return client.create_reader(
-        topic,
-        _start_id(partition_index(topic), start),
-        reader_name=f"spark-{uuid.uuid4().hex[:12]}",
-        start_message_id_inclusive=True,
-        receiver_queue_size=2000,
+        topic, _start_id(partition_index(topic), start), start_message_id_inclusive=True, **kwargs
     )
 
 
-def iter_range(client: Any, topic: str, start: Position, end: Position, poll_timeout_ms: int) -> Iterator[Any]:
+def iter_range(
+    client: Any,
+    topic: str,
+    start: Position,
+    end: Position,
+    poll_timeout_ms: int,
+    reader_options: Mapping[str, Any] | None = None,
+) -> Iterator[Any]:
     """Messages with ``start <= position < end``, in order.
 
     Stops at ``end`` or when the broker has nothing more. A range that should hold messages but whose
@@ -60,7 +66,7 @@ def iter_range(client: Any, topic: str, start: Position, end: Position, poll_tim
     """
     if end <= start:
         return
-    reader = open_reader(client, topic, start)
+    reader = open_reader(client, topic, start, reader_options)
     # Entries before `end`'s entry exist (ends come from lastMessageId), so while the entry read last is
     # not the end entry another message is certainly coming: ask the broker only near the end.
     certain_before = Position(end.ledger, end.entry - 1, -1) if end.batch < 0 else Position(end.ledger, end.entry, -1)

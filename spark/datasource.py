@@ -8,6 +8,7 @@ reader/writer, so clients are created lazily there and never pickled.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,13 +77,15 @@ from magnetar.spark.options import (
     LATEST,
     SinkOptions,
     SourceOptions,
-    coerce_client_options,
     producer_name,
     route,
     sequence_id,
 )
 
 log = logging.getLogger(__name__)
+
+#: Seconds between checks for a topic that does not exist yet (``waitingForNonExistedTopic``).
+WAIT_POLL_S = 1.0
 
 SCHEMA = (
     "value binary, __key string, __topic string, __messageId string, __publishTime timestamp, "
@@ -139,7 +142,7 @@ class _Planner:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = client_io.make_client(self.opts.service_url, coerce_client_options(self.opts.client_options))
+            self._client = client_io.make_client(self.opts.service_url, self.opts.client_options)
         return self._client
 
     def close(self) -> None:
@@ -151,10 +154,22 @@ class _Planner:
         """Concrete topics to read now (patterns and partition counts re-resolved on every call)."""
         if self.opts.topics_pattern:
             return self.admin.matching(self.opts.topics_pattern)
+        if self.opts.wait_for_topics:
+            for topic in self.opts.topics:
+                self._wait_for(topic)
         out: list[str] = []
         for topic in self.opts.topics:
             out.extend(self.admin.expand(topic))
         return out
+
+    def _wait_for(self, topic: str) -> None:
+        """``waitingForNonExistedTopic``: block until the topic exists (the job was started before its producer)."""
+        waited = 0.0
+        while not self.admin.exists(topic):
+            if waited % 30 == 0:
+                log.info("waiting for topic %s to be created (waitingForNonExistedTopic=true)", topic)
+            time.sleep(WAIT_POLL_S)
+            waited += WAIT_POLL_S
 
     def ends(self, partitions: Sequence[str]) -> Offset:
         return {p: self.admin.end_position(p) for p in partitions}
@@ -217,7 +232,9 @@ class _Planner:
 
     def read(self, part: TopicRange) -> Iterator[Any]:
         start, end = Position.parse(part.start), Position.parse(part.end)
-        messages = client_io.iter_range(self.client, part.topic, start, end, self.opts.poll_timeout_ms)
+        messages = client_io.iter_range(
+            self.client, part.topic, start, end, self.opts.poll_timeout_ms, self.opts.reader_options
+        )
         yield from client_io.to_arrow_batches(messages, part.topic)
 
 
@@ -253,7 +270,15 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, str]:
         parts = self.planner.topic_partitions()
-        return to_json_dict(self.planner.starts(parts, self.planner.ends(parts)))
+        starts = self.planner.starts(parts, self.planner.ends(parts))
+        sub = self.planner.opts.commit_subscription
+        if sub:
+            # From the first moment on, the subscription keeps the topics from being deleted as inactive and
+            # their unread messages from being trimmed (Spark calls this once per query, not on restarts).
+            for p, pos in starts.items():
+                if self.planner.admin.last_position(p) is not None:
+                    self.planner.admin.create_subscription(p, sub, pos)
+        return to_json_dict(starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         opts = self.planner.opts
@@ -361,7 +386,7 @@ class _Sender:
         """``pulsar.producer.<arg>`` options as ``create_producer`` keyword arguments."""
         import pulsar
 
-        out = coerce_client_options(self.opts.producer_options)
+        out = dict(self.opts.producer_options)
         if isinstance(out.get("compression_type"), str):
             out["compression_type"] = getattr(pulsar.CompressionType, out["compression_type"])
         return out
@@ -369,7 +394,7 @@ class _Sender:
     def send_all(self, rows: Iterator[Any], name_base: str | None, batch_id: int | None) -> int:
         import datetime as dt
 
-        client = client_io.make_client(self.opts.service_url, coerce_client_options(self.opts.client_options))
+        client = client_io.make_client(self.opts.service_url, self.opts.client_options)
         producers: dict[str, Any] = {}
         partitions: dict[str, list[str]] = {}
         errors: list[str] = []

@@ -3,13 +3,19 @@
 Names follow StreamNative's Scala connector where they overlap (``service.url``, ``admin.url``,
 ``topic``/``topics``/``topicsPattern``, ``startingOffsets``/``endingOffsets``, ``startingTime``/``endingTime``,
 ``failOnDataLoss``, ``pollTimeoutMs``, ``maxBytesPerTrigger``); Spark passes option keys case-insensitively
-(lower-cased), so lookups here ignore case. ``pulsar.client.*`` keys are passed to ``pulsar.Client``.
+(lower-cased), so lookups here ignore case. ``pulsar.client.*`` / ``pulsar.reader.*`` / ``pulsar.producer.*``
+keys are passed to ``pulsar.Client`` / ``create_reader`` / ``create_producer`` (Python or Java-style names:
+``operation_timeout_seconds`` or ``operationTimeoutSeconds``). Any other option is an error, never ignored.
 """
 
 from __future__ import annotations
 
+import base64
+import difflib
+import hashlib
+import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +55,124 @@ def _int(value: str | None, name: str) -> int | None:
     return n
 
 
+#: Options of the source (lower-cased, as Spark hands them over).
+SOURCE_OPTIONS = frozenset(
+    {
+        "service.url",
+        "admin.url",
+        "topic",
+        "topics",
+        "topicspattern",
+        "startingoffsets",
+        "endingoffsets",
+        "startingtime",
+        "endingtime",
+        "failondataloss",
+        "polltimeoutms",
+        "maxrecordspertrigger",
+        "maxbytespertrigger",
+        "maxentriesperpartition",
+        "commitsubscription",
+        "predefinedsubscription",
+        "subscriptionprefix",
+        "waitingfornonexistedtopic",
+        "allowdifferenttopicschemas",
+    }
+)
+#: Options of the sink.
+SINK_OPTIONS = frozenset({"service.url", "admin.url", "topic", "exactlyonce", "producernameprefix"})
+#: Options Spark itself may add to a data source's options (file-style ``path``, ``writeStream`` checkpoint).
+SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
+
+
+def check_option_names(options: Mapping[str, str], known: frozenset[str], prefixes: tuple[str, ...], what: str) -> None:
+    """Unknown options are an error (a typo must not silently change what a job does)."""
+    for key in options:
+        low = key.lower()
+        if "auth" in low:
+            raise ValueError(
+                f"option {key}: authentication is not supported yet (Magnetar brokers have no authentication; "
+                "connect to an unsecured service URL)"
+            )
+        if low in known or low in SPARK_OPTIONS or low.startswith(prefixes):
+            continue
+        close = difflib.get_close_matches(low, sorted(known), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        passing = ", ".join(prefixes)
+        raise ValueError(f"unknown option {key!r} of the pulsar {what}{hint}; options prefixed {passing} pass through")
+
+
+def _squash(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+def pass_through(raw: Mapping[str, str], func: Callable[..., Any], reserved: set[str], prefix: str) -> dict[str, Any]:
+    """``<prefix><name>`` options -> keyword arguments of ``func`` (names checked, values typed).
+
+    Names match the Python argument case- and underscore-insensitively, so the Java clients' camelCase names
+    work too (``receiverQueueSize`` -> ``receiver_queue_size``). Arguments the source sets itself are refused.
+    """
+    params = [n for n in inspect.signature(func).parameters if n not in ("self", "args", "kwargs")]
+    by_squash = {_squash(n): n for n in params if n not in reserved}
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        name = by_squash.get(_squash(key))
+        if name is None:
+            allowed = ", ".join(sorted(by_squash.values()))
+            target = func.__qualname__
+            raise ValueError(f"option {prefix}{key}: not a supported argument of {target} (one of: {allowed})")
+        out[name] = value
+    return coerce_client_options(out)
+
+
+def client_kwargs(raw: Mapping[str, str]) -> dict[str, Any]:
+    """``pulsar.client.*`` -> ``pulsar.Client`` keyword arguments (service URL, logger and auth are ours)."""
+    import pulsar
+
+    return pass_through(raw, pulsar.Client.__init__, {"service_url", "authentication", "logger"}, "pulsar.client.")
+
+
+def reader_kwargs(raw: Mapping[str, str]) -> dict[str, Any]:
+    """``pulsar.reader.*`` -> ``create_reader`` keyword arguments (start, schema and listener are ours)."""
+    import pulsar
+
+    reserved = {"topic", "start_message_id", "schema", "reader_listener", "start_message_id_inclusive"}
+    reserved |= {"crypto_key_reader", "crypto_failure_action"}
+    return pass_through(raw, pulsar.Client.create_reader, reserved, "pulsar.reader.")
+
+
+def producer_kwargs(raw: Mapping[str, str]) -> dict[str, Any]:
+    """``pulsar.producer.*`` -> ``create_producer`` keyword arguments."""
+    import pulsar
+
+    reserved = {"topic", "schema", "message_routing_mode", "message_router", "crypto_key_reader", "encryption_key"}
+    return pass_through(raw, pulsar.Client.create_producer, reserved, "pulsar.producer.")
+
+
+def parse_message_id(value: object) -> Position:
+    """A position from a serialized ``MessageId`` (``MessageIdData`` bytes as a JSON byte array or base64).
+
+    That is what ``MessageId.serialize()`` (Python) / ``toByteArray()`` (Java) give, and what StreamNative's
+    connector puts into its offsets; ``ledger:entry[:batch]`` text is accepted too.
+    """
+    from magnetar.broker.protocol import pulsar_api_pb2 as pb
+
+    if isinstance(value, list):
+        data = bytes(value)
+    elif isinstance(value, str) and ":" in value:
+        return Position.parse(value)
+    elif isinstance(value, str):
+        data = base64.b64decode(value, validate=True)
+    else:
+        raise ValueError(f"not a message id: {value!r}")
+    mid = pb.MessageIdData()
+    mid.ParseFromString(data)
+    if not mid.IsInitialized():
+        raise ValueError(f"not a serialized message id: {value!r}")
+    batch = mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0 else -1
+    return Position(mid.ledgerId, mid.entryId, batch)
+
+
 def parse_offset_spec(value: str | None, default: str, name: str) -> OffsetSpec:
     """``earliest`` | ``latest`` | JSON ``{"topic-partition": "L:E[:B]" | "earliest" | "latest"}``."""
     if value is None or value.strip() == "":
@@ -67,7 +191,13 @@ def parse_offset_spec(value: str | None, default: str, name: str) -> OffsetSpec:
         if isinstance(pos, str) and pos.lower() in (EARLIEST, LATEST):
             spec[normalize_topic(topic)] = pos.lower()
         else:
-            spec[normalize_topic(topic)] = Position.parse(str(pos))
+            try:
+                spec[normalize_topic(topic)] = parse_message_id(pos)
+            except Exception as exc:
+                raise ValueError(
+                    f"{name}: {topic}: expected ledger:entry[:batch], a serialized MessageId "
+                    f"(byte array or base64), earliest or latest; got {pos!r}"
+                ) from exc
     return spec
 
 
@@ -84,6 +214,43 @@ def parse_time(value: str | None, name: str) -> int | None:
 def normalize_topic(name: str) -> str:
     """Short names (``t``, ``tenant/ns/t``) -> ``persistent://tenant/ns/t`` as Pulsar clients do."""
     return str(parse_topic(name))
+
+
+def default_admin_url(service_url: str) -> str:
+    """``admin.url`` when not given: the service URL's host on Pulsar's default web port (8080, TLS 8443).
+
+    With several hosts in the service URL the first is used.
+    """
+    scheme, _, rest = service_url.partition("://")
+    host = rest.split(",")[0].split("/")[0].rsplit(":", 1)[0] if rest else ""
+    if not host:
+        raise ValueError(f"service.url {service_url!r}: expected pulsar://host:port")
+    return f"https://{host}:8443" if scheme == "pulsar+ssl" else f"http://{host}:8080"
+
+
+#: Written to ``commitSubscription`` to run a stream without a durable subscription.
+NO_SUBSCRIPTION = "none"
+
+
+def commit_subscription(options: Mapping[str, str], streaming: bool, topics: str) -> str | None:
+    """The durable subscription a stream keeps at its committed offsets (None: none).
+
+    ``commitSubscription`` (alias ``predefinedSubscription``, StreamNative's name) names it;
+    ``subscriptionPrefix`` names it ``<prefix>-<digest of the topics>``. Streams have one by default
+    (``spark-<digest>``) so the broker neither deletes the topics as inactive nor trims what the query has not
+    read; batch reads have none unless named. ``commitSubscription=none`` turns it off.
+    """
+    given = {n: _get(options, n) for n in ("commitSubscription", "predefinedSubscription", "subscriptionPrefix")}
+    given = {n: v.strip() for n, v in given.items() if v and v.strip()}
+    if len(given) > 1:
+        raise ValueError(f"options {' and '.join(given)} are exclusive")
+    digest = hashlib.sha1(topics.encode()).hexdigest()[:10]
+    if "subscriptionPrefix" in given:
+        return f"{given['subscriptionPrefix']}-{digest}"
+    name = given.get("commitSubscription") or given.get("predefinedSubscription")
+    if name is not None:
+        return None if name.lower() == NO_SUBSCRIPTION else name
+    return f"spark-{digest}" if streaming else None
 
 
 def _client_options(options: Mapping[str, str], prefix: str = "pulsar.client.") -> dict[str, str]:
@@ -121,22 +288,24 @@ class SourceOptions:
     starting_time: int | None = None
     ending_time: int | None = None
     fail_on_data_loss: bool = True
+    wait_for_topics: bool = False
+    allow_different_schemas: bool = False
     poll_timeout_ms: int = 2000
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     max_entries_per_partition: int = 50000
     commit_subscription: str | None = None
-    client_options: dict[str, str] = field(default_factory=dict)
+    client_options: dict[str, Any] = field(default_factory=dict)
+    reader_options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
         """Validate and parse; ``streaming`` changes the starting default (batch: earliest, stream: latest)."""
+        check_option_names(options, SOURCE_OPTIONS, ("pulsar.client.", "pulsar.reader."), "source")
         service_url = _get(options, "service.url")
-        admin_url = _get(options, "admin.url")
         if not service_url:
             raise ValueError("option service.url is required (e.g. pulsar://localhost:6650)")
-        if not admin_url:
-            raise ValueError("option admin.url is required (e.g. http://localhost:8080)")
+        admin_url = _get(options, "admin.url") or default_admin_url(service_url)
         topic = _get(options, "topic")
         topics = _get(options, "topics")
         pattern = _get(options, "topicsPattern")
@@ -144,6 +313,8 @@ class SourceOptions:
         if len(given) != 1:
             raise ValueError("exactly one of the options topic, topics, topicsPattern is required")
         names: tuple[str, ...] = ()
+        if pattern:
+            pattern = normalize_topic(pattern.strip())  # short `topic.*` -> persistent://public/default/topic.*
         if topic:
             names = (normalize_topic(topic.strip()),)
         elif topics:
@@ -174,12 +345,15 @@ class SourceOptions:
             starting_time=starting_time,
             ending_time=ending_time,
             fail_on_data_loss=_bool(_get(options, "failOnDataLoss"), True),
+            wait_for_topics=_bool(_get(options, "waitingForNonExistedTopic"), False),
+            allow_different_schemas=_bool(_get(options, "allowDifferentTopicSchemas"), False),
             poll_timeout_ms=_int(_get(options, "pollTimeoutMs"), "pollTimeoutMs") or 2000,
             max_records_per_trigger=_int(_get(options, "maxRecordsPerTrigger"), "maxRecordsPerTrigger"),
             max_bytes_per_trigger=_int(_get(options, "maxBytesPerTrigger"), "maxBytesPerTrigger"),
             max_entries_per_partition=_int(_get(options, "maxEntriesPerPartition"), "maxEntriesPerPartition") or 50000,
-            commit_subscription=_get(options, "commitSubscription") or None,
-            client_options=_client_options(options),
+            commit_subscription=commit_subscription(options, streaming, pattern or ",".join(names)),
+            client_options=client_kwargs(_client_options(options)),
+            reader_options=reader_kwargs(_client_options(options, "pulsar.reader.")),
         )
 
 
@@ -192,11 +366,12 @@ class SinkOptions:
     topic: str | None = None
     exactly_once: bool = True
     producer_prefix: str = "spark"
-    client_options: dict[str, str] = field(default_factory=dict)
-    producer_options: dict[str, str] = field(default_factory=dict)
+    client_options: dict[str, Any] = field(default_factory=dict)
+    producer_options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        check_option_names(options, SINK_OPTIONS, ("pulsar.client.", "pulsar.producer."), "sink")
         service_url = _get(options, "service.url")
         if not service_url:
             raise ValueError("option service.url is required (e.g. pulsar://localhost:6650)")
@@ -209,8 +384,8 @@ class SinkOptions:
             topic=normalize_topic(topic.strip()) if topic else None,
             exactly_once=_bool(_get(options, "exactlyOnce"), True),
             producer_prefix=_get(options, "producerNamePrefix", "spark") or "spark",
-            client_options=_client_options(options),
-            producer_options=_client_options(options, "pulsar.producer."),
+            client_options=client_kwargs(_client_options(options)),
+            producer_options=producer_kwargs(_client_options(options, "pulsar.producer.")),
         )
 
 

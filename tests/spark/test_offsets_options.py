@@ -109,7 +109,7 @@ def test_source_options() -> None:
     o = SourceOptions.parse({**BASE, "topic": "t", "pulsar.client.operationTimeoutSeconds": "7"}, streaming=False)
     assert o.topics == ("persistent://public/default/t",) and o.starting == "earliest" and o.ending == "latest"
     assert o.admin_url == "http://h:8080" and o.fail_on_data_loss
-    assert o.client_options == {"operationTimeoutSeconds": "7"}
+    assert o.client_options == {"operation_timeout_seconds": 7}
     s = SourceOptions.parse({**BASE, "topics": "a, acme/ns/b", "maxrecordspertrigger": "5"}, streaming=True)
     assert s.topics == ("persistent://public/default/a", "persistent://acme/ns/b")
     assert s.starting == "latest" and s.max_records_per_trigger == 5
@@ -191,3 +191,79 @@ def test_deterministic_routing() -> None:
     assert route("hello", 5, 4) == 99162322 % 4
     assert [route(None, i, 3) for i in range(4)] == [0, 1, 2, 0]
     assert route("x", 9, 1) == 0
+
+
+def test_unknown_and_auth_options_are_errors_not_ignored() -> None:
+    with pytest.raises(ValueError, match=r"unknown option 'startingOffset'.*did you mean startingoffsets"):
+        SourceOptions.parse({**BASE, "topic": "a", "startingOffset": "earliest"}, streaming=False)
+    for auth in ("pulsar.client.authPluginClassName", "pulsar.client.authParams", "pulsar.client.authentication"):
+        with pytest.raises(ValueError, match="authentication is not supported"):
+            SourceOptions.parse({**BASE, "topic": "a", auth: "x"}, streaming=False)
+        with pytest.raises(ValueError, match="authentication is not supported"):
+            SinkOptions.parse({"service.url": "pulsar://h:6650", auth: "x"})
+    with pytest.raises(ValueError, match="not a supported argument of Client"):
+        SourceOptions.parse({**BASE, "topic": "a", "pulsar.client.bogus": "1"}, streaming=False)
+    with pytest.raises(ValueError, match="not a supported argument"):
+        SourceOptions.parse({**BASE, "topic": "a", "pulsar.reader.start_message_id": "1"}, streaming=False)
+    with pytest.raises(ValueError, match="unknown option 'maxRecords'"):
+        SinkOptions.parse({"service.url": "pulsar://h:6650", "maxRecords": "1"})
+    # Spark's own writer options are not ours to refuse.
+    assert SinkOptions.parse({"service.url": "pulsar://h:6650", "checkpointLocation": "/tmp/c"}).topic is None
+
+
+def test_pass_through_options_typed_java_or_python_names() -> None:
+    o = SourceOptions.parse(
+        {
+            **BASE,
+            "topic": "a",
+            "pulsar.reader.receiverQueueSize": "5",
+            "pulsar.reader.is_read_compacted": "true",
+            "pulsar.client.connection_timeout_ms": "500",
+        },
+        streaming=False,
+    )
+    assert o.reader_options == {"receiver_queue_size": 5, "is_read_compacted": True}
+    assert o.client_options == {"connection_timeout_ms": 500}
+    # Spark lower-cases option names.
+    low = SourceOptions.parse({**BASE, "topic": "a", "pulsar.reader.receiverqueuesize": "7"}, streaming=False)
+    assert low.reader_options == {"receiver_queue_size": 7}
+    sink = SinkOptions.parse({"service.url": "pulsar://h:6650", "pulsar.producer.sendTimeoutMillis": "100"})
+    assert sink.producer_options == {"send_timeout_millis": 100}
+
+
+def test_subscription_options() -> None:
+    stream = SourceOptions.parse({**BASE, "topic": "a"}, streaming=True)
+    assert stream.commit_subscription and stream.commit_subscription.startswith("spark-")
+    # The default name depends only on the topics: a restarted query finds its subscription again.
+    assert SourceOptions.parse({**BASE, "topic": "a"}, streaming=True).commit_subscription == stream.commit_subscription
+    assert SourceOptions.parse({**BASE, "topic": "b"}, streaming=True).commit_subscription != stream.commit_subscription
+    assert SourceOptions.parse({**BASE, "topic": "a"}, streaming=False).commit_subscription is None
+    off = SourceOptions.parse({**BASE, "topic": "a", "commitSubscription": "none"}, streaming=True)
+    assert off.commit_subscription is None
+    named = SourceOptions.parse({**BASE, "topic": "a", "predefinedSubscription": "mine"}, streaming=True)
+    assert named.commit_subscription == "mine"
+    prefixed = SourceOptions.parse({**BASE, "topic": "a", "subscriptionPrefix": "job"}, streaming=True)
+    assert prefixed.commit_subscription == "job-" + stream.commit_subscription.removeprefix("spark-")
+    with pytest.raises(ValueError, match="exclusive"):
+        SourceOptions.parse({**BASE, "topic": "a", "commitSubscription": "x", "subscriptionPrefix": "y"}, True)
+
+
+def test_short_pattern_default_admin_url_and_serialized_message_ids() -> None:
+    import base64
+
+    import pulsar
+
+    o = SourceOptions.parse({"service.url": "pulsar://broker.ns.svc:6650", "topicsPattern": "topic.*"}, False)
+    assert o.topics_pattern == "persistent://public/default/topic.*"
+    assert o.admin_url == "http://broker.ns.svc:8080"
+    assert (
+        SourceOptions.parse({"service.url": "pulsar+ssl://b:6651", "topic": "t"}, False).admin_url == "https://b:8443"
+    )
+    plain = pulsar.MessageId(-1, 7, 3, -1).serialize()
+    batched = pulsar.MessageId(2, 7, 4, 5).serialize()
+    spec = json.dumps({"t": list(plain), "u": base64.b64encode(batched).decode()})
+    s = SourceOptions.parse({**BASE, "topics": "t,u", "startingOffsets": spec}, streaming=False)
+    t, u = "persistent://public/default/t", "persistent://public/default/u"
+    assert s.starting == {t: Position(7, 3), u: Position(7, 4, 5)}
+    with pytest.raises(ValueError, match="serialized MessageId"):
+        SourceOptions.parse({**BASE, "topic": "t", "startingOffsets": '{"t": [255, 255]}'}, streaming=False)

@@ -288,7 +288,7 @@ def _raw_produce(broker: StandaloneProcess, topic: str, stamped: list[tuple[byte
     """One non-batched entry per value with the given publish time (ms): several in one millisecond."""
     from magnetar.broker.protocol import pulsar_api_pb2 as pb
     from magnetar.broker.protocol.frames import build_entry
-    from tests.rawclient import T, RawClient
+    from tests.rawclient import RawClient, T
 
     raw = RawClient(broker.port)
     try:
