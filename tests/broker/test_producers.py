@@ -179,5 +179,5 @@ def test_stats_report_deduplication_status(
     """Users check ``deduplicationStatus`` before relying on exactly-once writes: it must say Enabled."""
     for name, want in ((dedup_topic, "Enabled"), (topic_name, "Disabled")):
         client.create_producer(name).close()
-        stats = call("GET", f"{standalone.http_url}/admin/v2/persistent/{name[len('persistent://'):]}/stats")
+        stats = call("GET", f"{standalone.http_url}/admin/v2/persistent/{name[len('persistent://') :]}/stats")
         assert stats.json["deduplicationStatus"] == want, name
