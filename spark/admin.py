@@ -63,6 +63,17 @@ class Admin:
         """Whether a topic (partitioned, or a concrete one) exists."""
         return self.partitions(topic) > 0 or self.last_position(topic) is not None
 
+    def schema(self, topic: str) -> dict[str, Any] | None:
+        """The topic's latest schema info (``type``, ``data``...), None when it has none."""
+        name = TopicName.parse(topic).partitioned_base
+        path = f"/admin/v2/schemas/{name.tenant}/{name.namespace_portion}/{name.local_name}/schema"
+        try:
+            return self.client.get(path)
+        except AdminError as exc:
+            if exc.status != 404:
+                raise
+            return None
+
     def internal_stats(self, topic: str) -> dict[str, Any]:
         return self.client.get(f"{_topic_path(topic)}/internalStats")
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from magnetar.spark.offsets import EARLIEST, Position, after
+from magnetar.spark.schemas import TopicSchema
 
 
 class DataLossError(RuntimeError):
@@ -187,3 +188,36 @@ def to_arrow_batches(messages: Iterator[Any], topic: str, rows: int = ARROW_BATC
             cols = [[] for _ in schema]
     if cols[0]:
         yield flush(cols)
+
+
+def _meta(msg: Any, topic: str) -> dict[str, Any]:
+    mid = msg.message_id()
+    event = msg.event_timestamp()
+    return {
+        "__key": msg.partition_key() or None,
+        "__topic": topic,
+        "__messageId": f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}",
+        "__publishTime": msg.publish_timestamp() * 1000,
+        "__eventTime": event * 1000 if event else None,
+        "__messageProperties": list(msg.properties().items()),
+    }
+
+
+def to_typed_batches(
+    messages: Iterator[Any], topic: str, schema: TopicSchema, spark_schema: Any, rows: int = ARROW_BATCH_ROWS
+) -> Iterator[Any]:
+    """Messages of a typed topic -> Arrow record batches with the payload decoded into its columns."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(spark_schema, timezone="UTC")
+    batch: list[dict[str, Any]] = []
+    for msg in messages:
+        row = schema.decode(msg.data())
+        row.update(_meta(msg, topic))
+        batch.append(row)
+        if len(batch) >= rows:
+            yield pa.RecordBatch.from_pylist(batch, schema=arrow_schema)
+            batch = []
+    if batch:
+        yield pa.RecordBatch.from_pylist(batch, schema=arrow_schema)

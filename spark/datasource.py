@@ -54,8 +54,9 @@ except ImportError:  # Spark 4.0/4.1: latestOffset() takes no arguments; read ev
         pass
 
 
-from pyspark.sql.types import StructType
+from pyspark.sql.types import MapType, StringType, StructField, StructType, TimestampType
 
+from magnetar.broker.topic_name import TopicName
 from magnetar.spark import client_io
 from magnetar.spark.admin import Admin
 from magnetar.spark.offsets import (
@@ -77,20 +78,27 @@ from magnetar.spark.options import (
     LATEST,
     SinkOptions,
     SourceOptions,
+    default_admin_url,
     producer_name,
     route,
     sequence_id,
 )
+from magnetar.spark.schemas import RAW, TopicSchema
 
 log = logging.getLogger(__name__)
 
 #: Seconds between checks for a topic that does not exist yet (``waitingForNonExistedTopic``).
 WAIT_POLL_S = 1.0
 
-SCHEMA = (
-    "value binary, __key string, __topic string, __messageId string, __publishTime timestamp, "
-    "__eventTime timestamp, __messageProperties map<string,string>"
-)
+#: Columns of every row besides the payload's (built without a JVM: planning runs in a Python worker).
+META_FIELDS = [
+    StructField("__key", StringType()),
+    StructField("__topic", StringType()),
+    StructField("__messageId", StringType()),
+    StructField("__publishTime", TimestampType()),
+    StructField("__eventTime", TimestampType()),
+    StructField("__messageProperties", MapType(StringType(), StringType())),
+]
 
 
 class TopicRange(InputPartition):
@@ -108,14 +116,17 @@ class PulsarDataSource(DataSource):
     def name(cls) -> str:
         return "pulsar"
 
-    def schema(self) -> str:
-        return SCHEMA
+    def schema(self) -> StructType:
+        """Meta columns plus the topics' schema: record fields as columns, or a (typed) ``value``."""
+        return row_schema(topic_schema(SourceOptions.parse(self.options, streaming=None)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return PulsarBatchReader(SourceOptions.parse(self.options, streaming=False))
+        opts = SourceOptions.parse(self.options, streaming=False)
+        return PulsarBatchReader(opts, topic_schema(opts))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return PulsarStreamReader(SourceOptions.parse(self.options, streaming=True))
+        opts = SourceOptions.parse(self.options, streaming=True)
+        return PulsarStreamReader(opts, topic_schema(opts))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return PulsarBatchWriter(SinkOptions.parse(self.options))
@@ -124,12 +135,35 @@ class PulsarDataSource(DataSource):
         return PulsarStreamWriter(SinkOptions.parse(self.options))
 
 
+def topic_schema(opts: SourceOptions) -> TopicSchema:
+    """The one schema of the topics read (raw bytes with ``allowDifferentTopicSchemas``); differing ones fail."""
+    if opts.allow_different_schemas:
+        return TopicSchema()
+    admin = Admin(opts.admin_url)
+    bases = sorted({str(TopicName.parse(t).partitioned_base) for t in _Planner(opts).topic_partitions()})
+    found = {t: TopicSchema.from_info(admin.schema(t)) for t in bases or opts.topics}
+    kinds = set(found.values())
+    if len(kinds) > 1:
+        listed = ", ".join(f"{t}: {s.kind}" for t, s in found.items())
+        raise ValueError(
+            f"the topics have different schemas ({listed}); read them separately, or set "
+            "allowDifferentTopicSchemas=true to read every topic's payload as raw value bytes"
+        )
+    return kinds.pop() if kinds else TopicSchema()
+
+
+def row_schema(schema: TopicSchema) -> StructType:
+    """The source's row type for a topic schema: value column(s) first, then the meta columns."""
+    return StructType([*schema.value_fields(), *META_FIELDS])
+
+
 # ----------------------------------------------------------------------------------------------- reading
 class _Planner:
     """Driver-side planning shared by the batch and the stream reader; holds a lazily made client."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, schema: TopicSchema | None = None) -> None:
         self.opts = opts
+        self.schema = schema or TopicSchema()
         self.admin = Admin(opts.admin_url)
         self._client: Any = None
 
@@ -235,14 +269,17 @@ class _Planner:
         messages = client_io.iter_range(
             self.client, part.topic, start, end, self.opts.poll_timeout_ms, self.opts.reader_options
         )
-        yield from client_io.to_arrow_batches(messages, part.topic)
+        if self.schema.kind == RAW:
+            yield from client_io.to_arrow_batches(messages, part.topic)
+        else:
+            yield from client_io.to_typed_batches(messages, part.topic, self.schema, row_schema(self.schema))
 
 
 class PulsarBatchReader(DataSourceReader):
     """Batch read of ``[startingOffsets|startingTime, endingOffsets|endingTime)``."""
 
-    def __init__(self, opts: SourceOptions) -> None:
-        self.planner = _Planner(opts)
+    def __init__(self, opts: SourceOptions, schema: TopicSchema | None = None) -> None:
+        self.planner = _Planner(opts, schema)
 
     def partitions(self) -> Sequence[InputPartition]:
         try:
@@ -264,8 +301,8 @@ class PulsarBatchReader(DataSourceReader):
 class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch source: offsets from the broker, read limits, availableNow, optional commit subscription."""
 
-    def __init__(self, opts: SourceOptions) -> None:
-        self.planner = _Planner(opts)
+    def __init__(self, opts: SourceOptions, schema: TopicSchema | None = None) -> None:
+        self.planner = _Planner(opts, schema)
         self.ceiling: dict[str, str] | None = None
 
     def initialOffset(self) -> dict[str, str]:
@@ -397,6 +434,8 @@ class _Sender:
         client = client_io.make_client(self.opts.service_url, self.opts.client_options)
         producers: dict[str, Any] = {}
         partitions: dict[str, list[str]] = {}
+        schemas: dict[str, TopicSchema] = {}
+        admin = Admin(self.opts.admin_url or default_admin_url(self.opts.service_url))
         errors: list[str] = []
 
         import pulsar
@@ -419,9 +458,13 @@ class _Sender:
                     if names is None:
                         names = partitions[topic] = list(client.get_topic_partitions(topic))
                     topic = names[route(None if key is None else str(key), index, len(names))]
+                schema = schemas.get(topic)
+                if schema is None:
+                    schema = schemas[topic] = TopicSchema.from_info(admin.schema(topic))
                 producer = producers.get(topic)
                 if producer is None:
                     kwargs: dict[str, Any] = {"block_if_queue_full": True, "send_timeout_millis": 0}
+                    kwargs["schema"] = schema.pulsar_schema()
                     kwargs.update(self.producer_options())
                     if name_base is not None:
                         # Broker deduplication works per producer name and on whole entries: one message
@@ -429,7 +472,9 @@ class _Sender:
                         kwargs.update(producer_name=name_base, batching_enabled=False)
                     producer = producers[topic] = client.create_producer(topic, **kwargs)
                 value = _field(data, "value")
-                if isinstance(value, str):
+                if schema.kind != RAW and not (value is not None and isinstance(value, bytes | bytearray)):
+                    value = schema.encode(data)  # typed columns (or a typed value) in the topic's schema
+                elif isinstance(value, str):
                     value = value.encode()
                 kwargs = {}
                 if key is not None:

@@ -299,8 +299,11 @@ class SourceOptions:
     reader_options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
-        """Validate and parse; ``streaming`` changes the starting default (batch: earliest, stream: latest)."""
+    def parse(cls, options: Mapping[str, str], streaming: bool | None) -> SourceOptions:
+        """Validate and parse; ``streaming`` changes the starting default (batch: earliest, stream: latest).
+
+        ``None``: not known yet (Spark asks for the row schema first), so mode-specific checks are skipped.
+        """
         check_option_names(options, SOURCE_OPTIONS, ("pulsar.client.", "pulsar.reader."), "source")
         service_url = _get(options, "service.url")
         if not service_url:
@@ -325,7 +328,7 @@ class SourceOptions:
         if starting_time is not None and starting_raw:
             raise ValueError("startingOffsets and startingTime are exclusive")
         ending_raw = _get(options, "endingOffsets")
-        if streaming and (ending_raw or ending_time is not None):
+        if streaming is True and (ending_raw or ending_time is not None):
             raise ValueError("endingOffsets/endingTime apply to batch reads only")
         if ending_time is not None and ending_raw:
             raise ValueError("endingOffsets and endingTime are exclusive")
@@ -333,7 +336,7 @@ class SourceOptions:
         if ending == EARLIEST:
             raise ValueError("endingOffsets cannot be earliest")
         starting = parse_offset_spec(starting_raw, LATEST if streaming else EARLIEST, "startingOffsets")
-        if not streaming and starting == LATEST:
+        if streaming is False and starting == LATEST:
             raise ValueError("startingOffsets cannot be latest for batch reads")
         return cls(
             service_url=service_url,
@@ -351,7 +354,7 @@ class SourceOptions:
             max_records_per_trigger=_int(_get(options, "maxRecordsPerTrigger"), "maxRecordsPerTrigger"),
             max_bytes_per_trigger=_int(_get(options, "maxBytesPerTrigger"), "maxBytesPerTrigger"),
             max_entries_per_partition=_int(_get(options, "maxEntriesPerPartition"), "maxEntriesPerPartition") or 50000,
-            commit_subscription=commit_subscription(options, streaming, pattern or ",".join(names)),
+            commit_subscription=commit_subscription(options, bool(streaming), pattern or ",".join(names)),
             client_options=client_kwargs(_client_options(options)),
             reader_options=reader_kwargs(_client_options(options, "pulsar.reader.")),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,82 @@ def test_spark_submit_job_and_pod_templates() -> None:
     assert claim in {d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
 
 
-@pytest.mark.parametrize("path", ["Dockerfile", "entrypoint.sh"])
-def test_image_files_present(path: str) -> None:
-    text = (SPARK_DIR / path).read_text()
-    assert "spark" in text.lower()
+def _args_of(args: list[str], flag: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"--{flag}=")]
+    return value
+
+
+@pytest.mark.parametrize("name", ["sparkapplication.yaml", "spark-submit-job.yaml"])
+def test_templates_point_at_the_operators_broker_service_and_keep_the_topic(name: str) -> None:
+    """One naming convention with the operator (``<cluster>-broker.<namespace>.svc``); a durable subscription;
+    a volume both driver and executors (on other nodes) can write, as Spark's uid."""
+    from magnetar.operator.config import DEFAULT_CLUSTER_URL_TEMPLATE
+
+    docs = _docs(name)
+    if name == "sparkapplication.yaml":
+        (app,) = [d for d in docs if d["kind"] == "SparkApplication"]
+        args = app["spec"]["arguments"]
+        security = [app["spec"][role]["podSecurityContext"] for role in ("driver", "executor")]
+    else:
+        (job,) = [d for d in docs if d["kind"] == "Job"]
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        (templates,) = [d for d in docs if d["kind"] == "ConfigMap"]
+        security = [yaml.safe_load(v)["spec"]["securityContext"] for v in templates["data"].values()]
+    admin = DEFAULT_CLUSTER_URL_TEMPLATE.format(name="magnetar", namespace="magnetar")
+    assert _args_of(args, "admin-url") == admin
+    assert _args_of(args, "service-url") == admin.replace("http://", "pulsar://").replace(":8080", ":6650")
+    assert _args_of(args, "commit-subscription")
+    assert all(s["fsGroup"] == 185 and s["runAsUser"] == 185 for s in security)
+    for claim in (d for d in docs if d["kind"] == "PersistentVolumeClaim"):
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_image_has_no_architecture_specific_paths() -> None:
+    text = (SPARK_DIR / "Dockerfile").read_text()
+    assert "/usr/lib/jvm/java-17-openjdk-" not in text  # named after the build machine's architecture
+    assert "JAVA_HOME=/opt/java" in text
+
+
+def test_entrypoint_passes_spark_java_options_to_the_executor(tmp_path: Path) -> None:
+    """Spark's executor JVM options (SPARK_JAVA_OPT_<n>, in numeric order) reach the executor's java command."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    argv_file = tmp_path / "argv"
+    fake = bin_dir / "java"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {argv_file}\n')
+    fake.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SPARK_HOME": "/opt/spark",
+        "SPARK_EXECUTOR_MEMORY": "1g",
+        "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@driver-svc:7078",
+        "SPARK_EXECUTOR_ID": "3",
+        "SPARK_EXECUTOR_CORES": "1",
+        "SPARK_APPLICATION_ID": "spark-app-1",
+        "SPARK_EXECUTOR_POD_IP": "10.0.0.5",
+        "SPARK_JAVA_OPT_0": "-Djava.net.preferIPv6Addresses=false",
+        "SPARK_JAVA_OPT_1": "--add-opens=java.base/java.nio=ALL-UNNAMED",
+        "SPARK_JAVA_OPT_10": "-Dspark.driver.port=7078",
+        "SPARK_JAVA_OPT_2": "-Dio.netty.tryReflectionSetAccessible=true",
+    }
+    done = subprocess.run(
+        ["bash", str(SPARK_DIR / "entrypoint.sh"), "executor"], env=env, capture_output=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    argv = argv_file.read_text().splitlines()
+    assert argv[:4] == [
+        "-Djava.net.preferIPv6Addresses=false",
+        "--add-opens=java.base/java.nio=ALL-UNNAMED",
+        "-Dio.netty.tryReflectionSetAccessible=true",
+        "-Dspark.driver.port=7078",
+    ]
+    main = argv.index("org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend")
+    assert argv[main - 2 : main] == ["-cp", ":/opt/spark/jars/*"]
+    assert argv[argv.index("--executor-id") + 1] == "3" and argv[argv.index("--hostname") + 1] == "10.0.0.5"
+    # With JAVA_HOME set (the image sets it), that java is used.
+    env["JAVA_HOME"] = str(tmp_path)
+    argv_file.unlink()
+    done = subprocess.run(
+        ["bash", str(SPARK_DIR / "entrypoint.sh"), "executor"], env=env, capture_output=True, timeout=30
+    )
+    assert argv_file.exists(), done.stderr.decode()
