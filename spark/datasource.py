@@ -56,6 +56,7 @@ except ImportError:  # Spark 4.0/4.1: latestOffset() takes no arguments; read ev
 
 from pyspark.sql.types import MapType, StringType, StructField, StructType, TimestampType
 
+from magnetar.admin_client.errors import AdminConnectionError
 from magnetar.broker.topic_name import TopicName
 from magnetar.spark import client_io
 from magnetar.spark.admin import Admin
@@ -428,6 +429,16 @@ class _Sender:
             out["compression_type"] = getattr(pulsar.CompressionType, out["compression_type"])
         return out
 
+    def topic_schema(self, admin: Admin, topic: str) -> TopicSchema:
+        """The target's schema; raw bytes when ``admin.url`` was not given and the default one does not answer."""
+        try:
+            return TopicSchema.from_info(admin.schema(topic))
+        except AdminConnectionError:
+            if self.opts.admin_url:
+                raise
+            log.warning("no admin.url and none at %s: writing %s without its schema", admin.client.base_url, topic)
+            return TopicSchema()
+
     def send_all(self, rows: Iterator[Any], name_base: str | None, batch_id: int | None) -> int:
         import datetime as dt
 
@@ -458,21 +469,24 @@ class _Sender:
                     if names is None:
                         names = partitions[topic] = list(client.get_topic_partitions(topic))
                     topic = names[route(None if key is None else str(key), index, len(names))]
+                value = _field(data, "value")
                 schema = schemas.get(topic)
-                if schema is None:
-                    schema = schemas[topic] = TopicSchema.from_info(admin.schema(topic))
+                if schema is None and not isinstance(value, bytes | bytearray):
+                    # Typed columns or a typed value: the topic's schema says how to encode them. Raw bytes
+                    # rows never need it (nor the admin API).
+                    schema = schemas[topic] = self.topic_schema(admin, topic)
                 producer = producers.get(topic)
                 if producer is None:
                     kwargs: dict[str, Any] = {"block_if_queue_full": True, "send_timeout_millis": 0}
-                    kwargs["schema"] = schema.pulsar_schema()
+                    if schema is not None and schema.is_record:
+                        kwargs["schema"] = schema.pulsar_schema()
                     kwargs.update(self.producer_options())
                     if name_base is not None:
                         # Broker deduplication works per producer name and on whole entries: one message
                         # per entry keeps "sequence id not above the last persisted one" exact.
                         kwargs.update(producer_name=name_base, batching_enabled=False)
                     producer = producers[topic] = client.create_producer(topic, **kwargs)
-                value = _field(data, "value")
-                if schema.kind != RAW and not (value is not None and isinstance(value, bytes | bytearray)):
+                if schema is not None and schema.kind != RAW and not isinstance(value, bytes | bytearray):
                     value = schema.encode(data)  # typed columns (or a typed value) in the topic's schema
                 elif isinstance(value, str):
                     value = value.encode()
