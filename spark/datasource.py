@@ -143,14 +143,17 @@ def topic_schema(opts: SourceOptions) -> TopicSchema:
     admin = Admin(opts.admin_url)
     bases = sorted({str(TopicName.parse(t).partitioned_base) for t in _Planner(opts).topic_partitions()})
     found = {t: TopicSchema.from_info(admin.schema(t)) for t in bases or opts.topics}
-    kinds = set(found.values())
+    kinds: list[TopicSchema] = []
+    for schema in found.values():
+        if schema not in kinds:
+            kinds.append(schema)
     if len(kinds) > 1:
         listed = ", ".join(f"{t}: {s.kind}" for t, s in found.items())
         raise ValueError(
             f"the topics have different schemas ({listed}); read them separately, or set "
             "allowDifferentTopicSchemas=true to read every topic's payload as raw value bytes"
         )
-    return kinds.pop() if kinds else TopicSchema()
+    return kinds[0] if kinds else TopicSchema()
 
 
 def row_schema(schema: TopicSchema) -> StructType:
