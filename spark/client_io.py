@@ -58,36 +58,42 @@ def iter_range(
     end: Position,
     poll_timeout_ms: int,
     reader_options: Mapping[str, Any] | None = None,
-) -> Iterator[Any]:
-    """Messages with ``start <= position < end``, in order.
+) -> Iterator[tuple[Any, tuple[int, int, int]]]:
+    """``(message, (ledger, entry, batch))`` for messages with ``start <= position < end``, in order.
 
     Stops at ``end`` or when the broker has nothing more. A range that should hold messages but whose
     first message found lies beyond the entry of ``start`` in a later ledger is not necessarily lost
     (ledgers roll over), so data-loss checks are done by the caller against ledger metadata.
+    This is the per-message hot path: plain tuples, and the client's own message objects (the ``pulsar``
+    module wraps each message in a Python object otherwise; the accessors are the same).
     """
     if end <= start:
         return
     reader = open_reader(client, topic, start, reader_options)
+    read_next = getattr(reader, "_reader", reader).read_next
     # Entries before `end`'s entry exist (ends come from lastMessageId), so while the entry read last is
     # not the end entry another message is certainly coming: ask the broker only near the end.
-    certain_before = Position(end.ledger, end.entry - 1, -1) if end.batch < 0 else Position(end.ledger, end.entry, -1)
-    last = start
+    certain_before = (end.ledger, end.entry - 1) if end.batch < 0 else (end.ledger, end.entry)
+    first, stop = tuple(start), tuple(end)
+    last = (start.ledger, start.entry)
     try:
         while True:
-            if Position(last.ledger, last.entry, -1) >= certain_before and not reader.has_message_available():
+            if last >= certain_before and not reader.has_message_available():
                 return
             try:
-                msg = reader.read_next(timeout_millis=poll_timeout_ms)
+                msg = read_next(poll_timeout_ms)
             except Exception as exc:  # the client raises its own Timeout type
                 if "Timeout" in type(exc).__name__ or "timeout" in str(exc).lower():
                     return
                 raise
-            pos = last = message_position(msg)
-            if pos >= end:
+            mid = msg.message_id()
+            pos = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+            last = pos[:2]
+            if pos >= stop:
                 return
-            if pos < start:
+            if pos < first:
                 continue  # earlier batch indexes of the start entry
-            yield msg
+            yield msg, pos
     finally:
         reader.close()
 
@@ -108,7 +114,7 @@ def scan_limit(
     """
     rows = size = 0
     stop = start
-    for msg in iter_range(client, topic, start, end, poll_timeout_ms):
+    for msg, pos in iter_range(client, topic, start, end, poll_timeout_ms):
         n = len(msg.data())
         if max_rows is not None and rows + 1 > max_rows:
             break
@@ -116,7 +122,7 @@ def scan_limit(
             break
         rows += 1
         size += n
-        stop = after(message_position(msg))
+        stop = after(Position(*pos))
         if max_bytes is not None and size >= max_bytes:
             break
     return (stop if rows else start), rows, size
@@ -151,9 +157,15 @@ def position_at_time(client: Any, topic: str, timestamp_ms: int, end: Position, 
 ARROW_BATCH_ROWS = 4096
 
 
-def to_arrow_batches(messages: Iterator[Any], topic: str, rows: int = ARROW_BATCH_ROWS) -> Iterator[Any]:
-    """Messages -> Arrow record batches of the source's schema (columnar: far less per-row work in Spark)."""
+def to_arrow_batches(
+    messages: Iterator[tuple[Any, tuple[int, int, int]]], topic: str, rows: int = ARROW_BATCH_ROWS
+) -> Iterator[Any]:
+    """Messages -> Arrow record batches of the raw-bytes row type.
+
+    Per message only the client's accessors run; ids, times and null keys are built column-wise by Arrow.
+    """
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     ts = pa.timestamp("us", tz="UTC")
     schema = pa.schema(
@@ -167,36 +179,56 @@ def to_arrow_batches(messages: Iterator[Any], topic: str, rows: int = ARROW_BATC
             ("__messageProperties", pa.map_(pa.string(), pa.string())),
         ]
     )
+    string = pa.string()
 
-    def flush(cols: list[list[Any]]) -> Any:
-        arrays = [pa.array(col, type=field.type) for col, field in zip(cols, schema, strict=True)]
+    def times(ms: list[int]) -> Any:
+        micros = pc.multiply(pa.array(ms, pa.int64()), 1000)
+        return pc.if_else(pc.equal(micros, 0), pa.scalar(None, pa.int64()), micros).cast(ts)
+
+    def flush(
+        values: list[bytes],
+        keys: list[str],
+        ids: list[tuple[int, int, int]],
+        published: list[int],
+        events: list[int],
+        props: list[dict[str, str]],
+    ) -> Any:
+        ledger, entry, batch = (pa.array(col, pa.int64()).cast(string) for col in zip(*ids, strict=True))
+        key_array = pa.array(keys, string)
+        arrays = [
+            pa.array(values, pa.binary()),
+            pc.if_else(pc.equal(key_array, ""), pa.scalar(None, string), key_array),
+            pa.array([topic] * len(values), string),
+            pc.binary_join_element_wise(ledger, entry, batch, ":"),
+            times(published),
+            times(events),
+            pa.array(props, schema.field("__messageProperties").type),
+        ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    cols: list[list[Any]] = [[] for _ in schema]
-    for msg in messages:
-        mid = msg.message_id()
-        event = msg.event_timestamp()
-        cols[0].append(msg.data())
-        cols[1].append(msg.partition_key() or None)
-        cols[2].append(topic)
-        cols[3].append(f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}")
-        cols[4].append(msg.publish_timestamp() * 1000)
-        cols[5].append(event * 1000 if event else None)
-        cols[6].append(list(msg.properties().items()))
-        if len(cols[0]) >= rows:
-            yield flush(cols)
-            cols = [[] for _ in schema]
-    if cols[0]:
-        yield flush(cols)
+    cols: tuple[list[Any], ...] = ([], [], [], [], [], [])
+    values, keys, ids, published, events, props = cols
+    for msg, pos in messages:
+        values.append(msg.data())
+        keys.append(msg.partition_key())
+        ids.append(pos)
+        published.append(msg.publish_timestamp())
+        events.append(msg.event_timestamp())
+        props.append(msg.properties())
+        if len(values) >= rows:
+            yield flush(*cols)
+            for col in cols:
+                col.clear()
+    if values:
+        yield flush(*cols)
 
 
-def _meta(msg: Any, topic: str) -> dict[str, Any]:
-    mid = msg.message_id()
+def _meta(msg: Any, pos: tuple[int, int, int], topic: str) -> dict[str, Any]:
     event = msg.event_timestamp()
     return {
         "__key": msg.partition_key() or None,
         "__topic": topic,
-        "__messageId": f"{mid.ledger_id()}:{mid.entry_id()}:{mid.batch_index()}",
+        "__messageId": ":".join(map(str, pos)),
         "__publishTime": msg.publish_timestamp() * 1000,
         "__eventTime": event * 1000 if event else None,
         "__messageProperties": list(msg.properties().items()),
@@ -204,7 +236,11 @@ def _meta(msg: Any, topic: str) -> dict[str, Any]:
 
 
 def to_typed_batches(
-    messages: Iterator[Any], topic: str, schema: TopicSchema, spark_schema: Any, rows: int = ARROW_BATCH_ROWS
+    messages: Iterator[tuple[Any, tuple[int, int, int]]],
+    topic: str,
+    schema: TopicSchema,
+    spark_schema: Any,
+    rows: int = ARROW_BATCH_ROWS,
 ) -> Iterator[Any]:
     """Messages of a typed topic -> Arrow record batches with the payload decoded into its columns."""
     import pyarrow as pa
@@ -212,9 +248,9 @@ def to_typed_batches(
 
     arrow_schema = to_arrow_schema(spark_schema, timezone="UTC")
     batch: list[dict[str, Any]] = []
-    for msg in messages:
+    for msg, pos in messages:
         row = schema.decode(msg.data())
-        row.update(_meta(msg, topic))
+        row.update(_meta(msg, pos, topic))
         batch.append(row)
         if len(batch) >= rows:
             yield pa.RecordBatch.from_pylist(batch, schema=arrow_schema)
