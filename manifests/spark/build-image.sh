@@ -37,8 +37,7 @@ fi
 ignore=manifests/spark/Dockerfile.dockerignore
 image="$repo:$( {
   sha256sum manifests/spark/Dockerfile "$ignore" manifests/spark/entrypoint.sh
-  git ls-files -z pyproject.toml README.md admin_client cli broker managed_ledger ledger bookie metadata operator \
-    spark pyspark_magnetar.py examples | xargs -0 sha256sum
+  sed -n 's|^!||p' "$ignore" | xargs git ls-files -z -- | xargs -0 sha256sum
   echo "$base"
 } | sha256sum | cut -c1-16)"
 if ! "${podman[@]}" image exists "$image"; then

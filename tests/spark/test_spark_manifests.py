@@ -160,3 +160,14 @@ def test_entrypoint_passes_spark_java_options_to_the_executor(tmp_path: Path) ->
         ["bash", str(SPARK_DIR / "entrypoint.sh"), "executor"], env=env, capture_output=True, timeout=30
     )
     assert argv_file.exists(), done.stderr.decode()
+
+
+def test_image_context_includes_every_package() -> None:
+    """The Spark image's build context lets in at least what the project image's does (all packages)."""
+
+    def allowed(path: Path) -> set[str]:
+        return {line[1:] for line in path.read_text().splitlines() if line.startswith("!")}
+
+    spark = allowed(SPARK_DIR / "Dockerfile.dockerignore")
+    assert allowed(REPO / ".dockerignore") <= spark
+    assert {"examples/", "manifests/spark/entrypoint.sh"} <= spark
