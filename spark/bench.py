@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     urllib.request.urlopen(req, timeout=30).close()
     produce_s = _produce(args.service_url, topic, args.messages, args.size)
+    _produce(args.service_url, f"{topic}-warmup", 100, args.size)
 
     from pyspark.sql import SparkSession
 
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     register(spark)
     opts = {"service.url": args.service_url, "admin.url": args.admin_url, "topic": topic}
 
-    spark.read.format("pulsar").options(**opts).load().limit(1).collect()  # warm-up (JVM, Python workers)
+    # Warm-up (JVM, Python workers) on a small topic read whole: a limit() would make Spark close the
+    # worker's pipe mid-partition, which PySpark reports with a (harmless) BrokenPipeError traceback.
+    spark.read.format("pulsar").options(**{**opts, "topic": f"{topic}-warmup"}).load().count()
     start = time.perf_counter()
     rows = spark.read.format("pulsar").options(**opts).load().count()
     batch_s = time.perf_counter() - start
