@@ -18,20 +18,22 @@ def register(spark: Any) -> None:
     """Make ``format("pulsar")`` available in ``spark``, unless Spark registered it already at start-up.
 
     Registering again over the automatic registration works too, but makes Spark warn "replaced a statically
-    registered data source" (in every streaming query); Spark finds ``pyspark_*`` modules with pkgutil.
+    registered data source" (in every streaming query).
     """
-    import pkgutil
-
-    if any(m.name == AUTO_MODULE for m in pkgutil.iter_modules()):
+    if _registered(spark):
         return
     from magnetar.spark.datasource import PulsarDataSource
 
     spark.dataSource.register(PulsarDataSource)
 
 
-def __getattr__(name: str) -> Any:
-    if name == "PulsarDataSource":
-        from magnetar.spark.datasource import PulsarDataSource
+def _registered(spark: Any) -> bool:
+    """Whether Spark knows ``pulsar`` already: asked of Spark itself (its Python workers scanned ``sys.path``,
+    which can differ from this process's), else by Spark's rule (a ``pyspark_*`` module found by pkgutil)."""
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return bool(manager.dataSourceExists("pulsar"))
+    except Exception:  # Spark Connect (no JVM handle here) or an API change
+        import pkgutil
 
-        return PulsarDataSource
-    raise AttributeError(name)
+        return any(m.name == AUTO_MODULE for m in pkgutil.iter_modules())
