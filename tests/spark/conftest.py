@@ -39,7 +39,7 @@ def spark() -> Iterator[object]:
     os.environ.update(spark_env())
     from pyspark.sql import SparkSession
 
-    from magnetar.spark import PulsarDataSource
+    import magnetar.spark
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -52,6 +52,6 @@ def spark() -> Iterator[object]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(PulsarDataSource)
+    magnetar.spark.register(session)  # a no-op when Spark found pyspark_magnetar on its own
     yield session
     session.stop()
