@@ -51,6 +51,14 @@ def open_reader(client: Any, topic: str, start: Position, options: Mapping[str, 
     )
 
 
+#: How long a range read waits for messages the broker says exist before failing the task (Spark retries it).
+STALL_LIMIT_MS = 120_000
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    return "Timeout" in type(exc).__name__ or "timeout" in str(exc).lower()
+
+
 def iter_range(
     client: Any,
     topic: str,
@@ -76,6 +84,7 @@ def iter_range(
     certain_before = (end.ledger, end.entry - 1) if end.batch < 0 else (end.ledger, end.entry)
     first, stop = tuple(start), tuple(end)
     last = (start.ledger, start.entry)
+    stalls = 0
     try:
         while True:
             if last >= certain_before and not reader.has_message_available():
@@ -83,9 +92,20 @@ def iter_range(
             try:
                 msg = read_next(poll_timeout_ms)
             except Exception as exc:  # the client raises its own Timeout type
-                if "Timeout" in type(exc).__name__ or "timeout" in str(exc).lower():
+                if not _is_timeout(exc):
+                    raise
+                # A slow receive is not the end: stop only when the broker has nothing more (data trimmed or
+                # the topic deleted under the query), and fail rather than truncate when it stays stuck.
+                if not reader.has_message_available():
                     return
-                raise
+                stalls += 1
+                if stalls * poll_timeout_ms >= STALL_LIMIT_MS:
+                    raise TimeoutError(
+                        f"{topic}: no message for {stalls * poll_timeout_ms} ms although the broker has more "
+                        f"before {end}"
+                    ) from exc
+                continue
+            stalls = 0
             mid = msg.message_id()
             pos = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
             last = pos[:2]
@@ -142,8 +162,15 @@ def position_at_time(client: Any, topic: str, timestamp_ms: int, end: Position, 
     )
     try:
         reader.seek(timestamp_ms)
+        waited = 0
         while reader.has_message_available():
-            msg = reader.read_next(timeout_millis=poll_timeout_ms)
+            try:
+                msg = reader.read_next(timeout_millis=poll_timeout_ms)
+            except Exception as exc:
+                waited += poll_timeout_ms
+                if not _is_timeout(exc) or waited >= STALL_LIMIT_MS:
+                    raise
+                continue  # slow, not finished: the broker says more is there
             pos = message_position(msg)
             if pos >= end:
                 break
