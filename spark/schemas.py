@@ -167,7 +167,7 @@ class TopicSchema:
             out = io.BytesIO()
             fastavro.schemaless_writer(out, self._parsed(), {f["name"]: row.get(f["name"]) for f in self._fields()})
             return out.getvalue()
-        value = row.get("value")
+        value: Any = row.get("value")
         if self.kind == "STRING":
             return value.encode() if isinstance(value, str) else bytes(value)
         if self.kind in PRIMITIVES and not isinstance(value, bytes | bytearray):
@@ -186,7 +186,7 @@ class TopicSchema:
         schema_type = getattr(_pulsar.SchemaType, self.kind)
         definition = self.definition
 
-        class Declared(Schema):  # type: ignore[misc]
+        class Declared(Schema):
             def __init__(self) -> None:
                 super().__init__(bytes, schema_type, definition, self.__class__.__name__)
 
@@ -204,7 +204,7 @@ class TopicSchema:
     def _parsed(self) -> Any:
         import fastavro
 
-        return fastavro.parse_schema(self.definition)
+        return fastavro.parse_schema(self.definition or {})
 
 
 def _logical(avro: Any) -> str | None:
