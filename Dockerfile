@@ -5,6 +5,7 @@
 # console script, so the role is the first argument:
 #
 #   docker build -t magnetar:dev .
+#   scripts/build-image.sh     # podman, no registry needed: Debian base made by mmdebstrap
 #   docker run -p 6650:6650 -p 8080:8080 -v magnetar-data:/data magnetar:dev
 #   docker run magnetar:dev operator --liveness=http://0.0.0.0:8080/healthz
 #
@@ -18,11 +19,17 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
-COPY . .
 # Wheels, not an install: the runtime stage installs from /wheels with --no-index, so the final
 # image gets no build tooling, no source tree and no pip cache. The `operator` extra brings the
 # operator's dependencies (kopf and the Kubernetes client) so one image serves every role.
-RUN pip wheel --wheel-dir /wheels ".[operator]"
+# Dependencies first, from pyproject.toml alone: that layer stays cached while only the source
+# changes (scripts/build-image.sh rebuilds in seconds then).
+COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + p['optional-dependencies']['operator']))" > requirements.txt \
+ && pip wheel --wheel-dir /wheels -r requirements.txt
+COPY . .
+RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # ---- runtime ----------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

@@ -637,7 +637,14 @@ def peering_crds() -> list[dict[str, Any]]:
     return out
 
 
+def _magnetar_cluster_crd() -> dict[str, Any]:
+    from magnetar.operator.clustercrd import magnetar_cluster_crd  # it builds on this module's blocks
+
+    return magnetar_cluster_crd()
+
+
 ALL = {
+    "magnetarcluster": _magnetar_cluster_crd,
     "tenant": tenant_crd,
     "topicnamespace": topic_namespace_crd,
     "topic": topic_crd,

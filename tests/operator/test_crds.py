@@ -168,4 +168,4 @@ def test_non_partitioned_topic_stays_non_partitioned() -> None:
 
 
 def test_every_kind_has_a_schema() -> None:
-    assert set(schemas()) == {"Tenant", "TopicNamespace", "Topic", "RetentionPolicy"}
+    assert set(schemas()) == {"MagnetarCluster", "Tenant", "TopicNamespace", "Topic", "RetentionPolicy"}

@@ -1,0 +1,439 @@
+"""The Kubernetes objects a ``MagnetarCluster`` becomes (pure functions of the spec: no API calls).
+
+Per component a StatefulSet with stable pod DNS names through a headless Service: etcd (members
+``<c>-etcd-N``), bookies (bookie id = the pod's DNS name, so cookies and ledger metadata survive
+restarts and rescheduling), brokers (advertised address = the pod's DNS name); a client Service
+``<c>-broker`` (6650/8080) that ``clusterRef`` resolves to; the idempotent metadata init Job; the
+broker configuration as a ConfigMap (``broker.conf``); PodDisruptionBudgets; optional per-broker
+external Services and a ServiceMonitor.
+
+Bookie and broker StatefulSets use ``updateStrategy: OnDelete``: the operator replaces pods itself,
+one at a time and health-gated (:mod:`magnetar.operator.clusterops`). Every pod template carries the
+hash of its own content (``magnetar.io/template-hash``) so the operator can tell outdated pods.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from magnetar.operator.clusterspec import (
+    BOOKIE_HTTP_PORT,
+    BOOKIE_PORT,
+    BROKER_HTTP_PORT,
+    BROKER_PORT,
+    ETCD_CLIENT_PORT,
+    ETCD_PEER_PORT,
+    IMAGE_UID,
+    MagnetarClusterSpec,
+    Names,
+    Volume,
+)
+from magnetar.operator.config import GROUP, VERSION
+
+Obj = dict[str, Any]
+
+TEMPLATE_HASH = f"{GROUP}/template-hash"
+APPLIED_HASH = f"{GROUP}/applied-hash"
+COMPONENT = "app.kubernetes.io/component"
+INSTANCE = "app.kubernetes.io/instance"
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class ClusterRenderer:
+    """Renders the objects of one MagnetarCluster (``body`` is the custom resource)."""
+
+    def __init__(self, body: Obj, spec: MagnetarClusterSpec | None = None) -> None:
+        meta = body["metadata"]
+        self.name: str = meta["name"]
+        self.namespace: str = meta.get("namespace") or "default"
+        self.uid: str = meta.get("uid", "")
+        self.spec = spec or MagnetarClusterSpec.model_validate(body.get("spec") or {})
+        self.names = Names(self.name, self.namespace)
+        self.cluster_name = self.spec.clusterName or self.name
+
+    # ------------------------------------------------------------------------------------------ common
+    def labels(self, component: str) -> dict[str, str]:
+        return {
+            "app.kubernetes.io/name": "magnetar",
+            INSTANCE: self.name,
+            COMPONENT: component,
+            "app.kubernetes.io/managed-by": "magnetar-operator",
+        }
+
+    def selector(self, component: str) -> dict[str, str]:
+        return {INSTANCE: self.name, COMPONENT: component}
+
+    def meta(self, name: str, component: str, **extra: Any) -> Obj:
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": self.labels(component),
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "MagnetarCluster",
+                    "name": self.name,
+                    "uid": self.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            **extra,
+        }
+
+    def _pod_spec(self, component: str, containers: list[Obj], **extra: Any) -> Obj:
+        tpl = self.spec.podTemplate
+        spec: Obj = {
+            "securityContext": tpl.securityContext
+            or {"runAsNonRoot": True, "runAsUser": IMAGE_UID, "runAsGroup": IMAGE_UID, "fsGroup": IMAGE_UID},
+            "containers": containers,
+            **extra,
+        }
+        spec["affinity"] = tpl.affinity or {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "labelSelector": {"matchLabels": self.selector(component)},
+                            "topologyKey": "kubernetes.io/hostname",
+                        },
+                    }
+                ]
+            }
+        }
+        for key in ("tolerations", "nodeSelector", "topologySpreadConstraints", "serviceAccountName",
+                    "imagePullSecrets", "priorityClassName"):  # fmt: skip
+            value = getattr(tpl, key)
+            if value:
+                spec[key] = value
+        for container in containers:
+            container["securityContext"] = tpl.containerSecurityContext or {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            }
+        return spec
+
+    def _template(self, component: str, pod_spec: Obj, annotations: dict[str, str] | None = None) -> Obj:
+        tpl = self.spec.podTemplate
+        template: Obj = {
+            "metadata": {
+                "labels": {**tpl.labels, **self.labels(component)},
+                "annotations": {**tpl.annotations, **(annotations or {})},
+            },
+            "spec": pod_spec,
+        }
+        template["metadata"]["annotations"][TEMPLATE_HASH] = digest(template)
+        return template
+
+    @staticmethod
+    def _claim(name: str, volume: Volume, component_labels: dict[str, str]) -> Obj:
+        spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": volume.size}}}
+        if volume.storageClassName:
+            spec["storageClassName"] = volume.storageClassName
+        return {"metadata": {"name": name, "labels": component_labels}, "spec": spec}
+
+    @staticmethod
+    def _http_probe(path: str, port: str, period: int, failures: int, delay: int = 0) -> Obj:
+        probe: Obj = {
+            "httpGet": {"path": path, "port": port},
+            "periodSeconds": period,
+            "timeoutSeconds": 5,
+            "failureThreshold": failures,
+        }
+        if delay:
+            probe["initialDelaySeconds"] = delay
+        return probe
+
+    def _env(self) -> list[Obj]:
+        return [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        ]
+
+    def _statefulset(self, name: str, component: str, headless: str, replicas: int, template: Obj,
+                     claims: list[Obj], on_delete: bool) -> Obj:  # fmt: skip
+        spec: Obj = {
+            "serviceName": headless,
+            "replicas": replicas,
+            "selector": {"matchLabels": self.selector(component)},
+            # Members of an ensemble must come up together; bookies and brokers are independent.
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "OnDelete"} if on_delete else {"type": "RollingUpdate"},
+            "template": template,
+            "volumeClaimTemplates": claims,
+            # PVCs outlive the StatefulSet (Kubernetes' default): data survives deleting the cluster.
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+        }
+        return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": self.meta(name, component), "spec": spec}
+
+    def _service(self, name: str, component: str, ports: list[tuple[str, int]], headless: bool = False,
+                 selector: dict[str, str] | None = None, **spec_extra: Any) -> Obj:  # fmt: skip
+        spec: Obj = {
+            "selector": selector or self.selector(component),
+            "ports": [{"name": n, "port": p, "targetPort": p, "protocol": "TCP"} for n, p in ports],
+            **spec_extra,
+        }
+        if headless:
+            spec["clusterIP"] = "None"
+            # Members resolve each other before they are ready (etcd peers, bookie ids).
+            spec["publishNotReadyAddresses"] = True
+        return {"apiVersion": "v1", "kind": "Service", "metadata": self.meta(name, component), "spec": spec}
+
+    def _pdb(self, component: str) -> Obj:
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": self.meta(f"{self.name}-{component}", component),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": self.selector(component)}},
+        }
+
+    # ------------------------------------------------------------------------------------------ etcd
+    def etcd_objects(self) -> list[Obj]:
+        etcd = self.spec.metadataStore.etcd
+        if etcd is None or self.spec.metadataStore.external is not None:
+            return []
+        n = self.names
+        peers = ",".join(
+            f"{n.etcd}-{i}=http://{n.pod_host(f'{n.etcd}-{i}', n.etcd_headless)}:{ETCD_PEER_PORT}"
+            for i in range(etcd.replicas)
+        )
+        me = n.pod_host("$(POD_NAME)", n.etcd_headless)
+        container: Obj = {
+            "name": "etcd",
+            "image": etcd.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["etcd"],
+            "args": [
+                "--name=$(POD_NAME)",
+                "--data-dir=/var/lib/etcd/data",
+                f"--listen-client-urls=http://0.0.0.0:{ETCD_CLIENT_PORT}",
+                f"--advertise-client-urls=http://{me}:{ETCD_CLIENT_PORT}",
+                f"--listen-peer-urls=http://0.0.0.0:{ETCD_PEER_PORT}",
+                f"--initial-advertise-peer-urls=http://{me}:{ETCD_PEER_PORT}",
+                f"--initial-cluster={peers}",
+                "--initial-cluster-state=new",
+                f"--initial-cluster-token={self.name}-{self.uid[:8]}",
+                "--auto-compaction-mode=periodic",
+                "--auto-compaction-retention=1h",
+            ],
+            "env": self._env(),
+            "ports": [
+                {"name": "client", "containerPort": ETCD_CLIENT_PORT},
+                {"name": "peer", "containerPort": ETCD_PEER_PORT},
+            ],
+            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
+            # /health answers 200 only with a leader and a working quorum.
+            "readinessProbe": self._http_probe("/health", "client", 5, 3),
+            "livenessProbe": self._http_probe("/health", "client", 10, 6),
+            "startupProbe": self._http_probe("/health", "client", 2, 90),
+        }
+        if etcd.resources:
+            container["resources"] = etcd.resources
+        template = self._template("etcd", self._pod_spec("etcd", [container]))
+        sts = self._statefulset(n.etcd, "etcd", n.etcd_headless, etcd.replicas, template,
+                                [self._claim("data", etcd.storage, self.labels("etcd"))], on_delete=True)  # fmt: skip
+        out = [
+            self._service(n.etcd_headless, "etcd", [("client", ETCD_CLIENT_PORT), ("peer", ETCD_PEER_PORT)], True),
+            self._service(n.etcd, "etcd", [("client", ETCD_CLIENT_PORT)]),
+            sts,
+        ]
+        if self.spec.podDisruptionBudget.enabled:
+            out.append(self._pdb("etcd"))
+        return out
+
+    # ------------------------------------------------------------------------------------------ init job
+    def init_job(self) -> Obj:
+        n = self.names
+        container = {
+            "name": "initialize",
+            "image": self.spec.image,
+            "imagePullPolicy": self.spec.imagePullPolicy,
+            "args": [
+                "initialize-cluster-metadata",
+                f"--cluster={self.cluster_name}",
+                f"--metadata-url={n.metadata_url(self.spec)}",
+                f"--web-service-url={n.admin_url}",
+                f"--broker-service-url={n.service_url}",
+            ],
+        }
+        pod_spec = self._pod_spec("init", [container], restartPolicy="OnFailure")
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": self.meta(n.init_job, "init"),
+            "spec": {
+                "backoffLimit": 20,
+                "template": {"metadata": {"labels": self.labels("init")}, "spec": pod_spec},
+            },
+        }
+
+    # ------------------------------------------------------------------------------------------ bookies
+    def bookie_objects(self) -> list[Obj]:
+        n = self.names
+        b = self.spec.bookies
+        container: Obj = {
+            "name": "bookie",
+            "image": self.spec.image,
+            "imagePullPolicy": self.spec.imagePullPolicy,
+            "args": [
+                "bookie",
+                f"--metadata-url={n.metadata_url(self.spec)}",
+                "--journal-dir=/var/lib/magnetar/journal",
+                "--ledger-dirs=/var/lib/magnetar/ledgers",
+                f"--port={BOOKIE_PORT}",
+                f"--http-port={BOOKIE_HTTP_PORT}",
+                # The bookie id: the pod's stable DNS name (cookies and ledger ensembles refer to it).
+                f"--advertised-address={n.pod_host('$(POD_NAME)', n.bookie_headless)}",
+            ],
+            "env": self._env(),
+            "ports": [
+                {"name": "bookie", "containerPort": BOOKIE_PORT},
+                {"name": "http", "containerPort": BOOKIE_HTTP_PORT},
+            ],
+            "volumeMounts": [
+                {"name": "journal", "mountPath": "/var/lib/magnetar/journal"},
+                {"name": "ledgers", "mountPath": "/var/lib/magnetar/ledgers"},
+            ],
+            "readinessProbe": self._http_probe("/ready", "http", 5, 3),
+            "livenessProbe": self._http_probe("/health", "http", 10, 6),
+            "startupProbe": self._http_probe("/health", "http", 2, 150),
+        }
+        if b.resources:
+            container["resources"] = b.resources
+        template = self._template("bookie", self._pod_spec("bookie", [container], terminationGracePeriodSeconds=60))
+        claims = [
+            self._claim("journal", b.journal, self.labels("bookie")),
+            self._claim("ledgers", b.ledgers, self.labels("bookie")),
+        ]
+        out = [
+            self._service(n.bookie_headless, "bookie", [("bookie", BOOKIE_PORT), ("http", BOOKIE_HTTP_PORT)], True),
+            self._statefulset(n.bookie, "bookie", n.bookie_headless, b.replicas, template, claims, on_delete=True),
+        ]
+        if self.spec.podDisruptionBudget.enabled:
+            out.append(self._pdb("bookie"))
+        return out
+
+    # ------------------------------------------------------------------------------------------ brokers
+    def broker_conf(self) -> dict[str, str]:
+        """broker.conf of every broker: what the cluster needs, then the user's ``brokers.config``."""
+        s = self.spec
+        conf = {
+            "clusterName": self.cluster_name,
+            "metadataStoreUrl": self.names.metadata_url(s),
+            "brokerServicePort": str(BROKER_PORT),
+            "webServicePort": str(BROKER_HTTP_PORT),
+            "managedLedgerDefaultEnsembleSize": str(s.bookies.ensembleSize),
+            "managedLedgerDefaultWriteQuorum": str(s.bookies.writeQuorum),
+            "managedLedgerDefaultAckQuorum": str(s.bookies.ackQuorum),
+            "autoRecoveryDaemonEnabled": str(s.autoRecovery.enabled).lower(),
+        }
+        if s.autoRecovery.lostBookieDelaySeconds is not None:
+            conf["lostBookieRecoveryDelay"] = str(s.autoRecovery.lostBookieDelaySeconds)
+        if s.autoRecovery.checkIntervalSeconds is not None:
+            conf["auditorPeriodicCheckInterval"] = str(s.autoRecovery.checkIntervalSeconds)
+        conf.update(s.brokers.config)
+        return conf
+
+    def broker_configmap(self) -> Obj:
+        text = "".join(f"{k}={v}\n" for k, v in sorted(self.broker_conf().items()))
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": self.meta(self.names.broker, "broker"),
+            "data": {"broker.conf": text},
+        }
+
+    def broker_objects(self) -> list[Obj]:
+        n = self.names
+        b = self.spec.brokers
+        configmap = self.broker_configmap()
+        me = n.pod_host("$(POD_NAME)", n.broker_headless)
+        env = self._env()
+        args = ["broker", "--config=/etc/magnetar/broker.conf"]
+        ext = b.externalListener
+        if ext is None:
+            args.append(f"--advertised-address={me}")
+        else:
+            # Kubernetes 1.28+ labels StatefulSet pods with their ordinal.
+            index_label = "metadata.labels['apps.kubernetes.io/pod-index']"
+            env.append({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": index_label}}})
+            host = ext.hostTemplate.replace("{index}", "$(POD_INDEX)").replace("{name}", "$(POD_NAME)")
+            listeners = f"internal:pulsar://{me}:{BROKER_PORT},external:pulsar://{host}:{BROKER_PORT}"
+            env.append({"name": "MAGNETAR_advertisedListeners", "value": listeners})
+            env.append({"name": "MAGNETAR_internalListenerName", "value": "internal"})
+        container: Obj = {
+            "name": "broker",
+            "image": self.spec.image,
+            "imagePullPolicy": self.spec.imagePullPolicy,
+            "args": args,
+            "env": env,
+            "ports": [
+                {"name": "pulsar", "containerPort": BROKER_PORT},
+                {"name": "http", "containerPort": BROKER_HTTP_PORT},
+            ],
+            "volumeMounts": [{"name": "config", "mountPath": "/etc/magnetar", "readOnly": True}],
+            "readinessProbe": self._http_probe("/admin/v2/brokers/ready", "http", 5, 3),
+            "livenessProbe": self._http_probe("/admin/v2/brokers/health", "http", 10, 6),
+            "startupProbe": self._http_probe("/admin/v2/brokers/health", "http", 2, 150),
+        }
+        if b.resources:
+            container["resources"] = b.resources
+        pod_spec = self._pod_spec(
+            "broker", [container], terminationGracePeriodSeconds=60,
+            volumes=[{"name": "config", "configMap": {"name": configmap["metadata"]["name"]}}],
+        )  # fmt: skip
+        # The configuration's hash is part of the template: a config change rolls the brokers.
+        template = self._template("broker", pod_spec, {f"{GROUP}/config-hash": digest(configmap["data"])})
+        out = [
+            configmap,
+            self._service(n.broker_headless, "broker", [("pulsar", BROKER_PORT), ("http", BROKER_HTTP_PORT)], True),
+            self._service(n.broker, "broker", [("pulsar", BROKER_PORT), ("http", BROKER_HTTP_PORT)]),
+            self._statefulset(n.broker, "broker", n.broker_headless, b.replicas, template, [], on_delete=True),
+        ]
+        if ext is not None:
+            for i in range(b.replicas):
+                pod = f"{n.broker}-{i}"
+                svc = self._service(f"{pod}-external", "broker", [("pulsar", BROKER_PORT)],
+                                    selector={"statefulset.kubernetes.io/pod-name": pod}, type=ext.type)  # fmt: skip
+                if ext.annotations:
+                    svc["metadata"]["annotations"] = dict(ext.annotations)
+                out.append(svc)
+        if self.spec.podDisruptionBudget.enabled:
+            out.append(self._pdb("broker"))
+        return out
+
+    # ------------------------------------------------------------------------------------------ monitoring
+    def service_monitor(self) -> Obj | None:
+        sm = self.spec.monitoring.serviceMonitor
+        if not sm.enabled:
+            return None
+        meta = self.meta(self.name, "monitoring")
+        meta["labels"].update(sm.labels)
+        return {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "ServiceMonitor",
+            "metadata": meta,
+            "spec": {
+                "selector": {
+                    "matchLabels": {INSTANCE: self.name},
+                    "matchExpressions": [{"key": COMPONENT, "operator": "In", "values": ["broker", "bookie"]}],
+                },
+                "endpoints": [{"port": "http", "path": "/metrics", "interval": sm.interval}],
+            },
+        }
+
+    # ------------------------------------------------------------------------------------------ all
+    def all_objects(self) -> list[Obj]:
+        """Everything, in start-up order (what ``helm template``-style rendering and tests look at)."""
+        out = [*self.etcd_objects(), self.init_job(), *self.bookie_objects(), *self.broker_objects()]
+        monitor = self.service_monitor()
+        if monitor is not None:
+            out.append(monitor)
+        return [copy.deepcopy(o) for o in out]

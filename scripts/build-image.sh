@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Build the Magnetar container image with podman, without any registry:
+#   1. a Debian bookworm base image made by mmdebstrap from Debian's packages (python3, pip),
+#   2. the project image from the repository's Dockerfile on top of it (PYTHON_IMAGE=that base).
+# Both are cached by the content hash of their inputs: the base by its package list, the project
+# image by the files of the build context (the .dockerignore allow-list) and the Dockerfile, so an
+# unchanged tree costs one `podman image exists`. Prints the image reference on stdout.
+#
+#   scripts/build-image.sh            # -> localhost/magnetar:<hash>
+#
+# Environment: MAGNETAR_IMAGE_REPO (default localhost/magnetar), PODMAN (default podman with the
+# options this sandbox needs: runc, cgroupfs; CONTAINERS_CONF pointing at default_ulimits = []).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+repo=${MAGNETAR_IMAGE_REPO:-localhost/magnetar}
+base_repo=${MAGNETAR_BASE_REPO:-localhost/magnetar-base}
+# python3-pip brings pip; passwd brings groupadd/useradd; python-is-python3 the `python` command
+# the HEALTHCHECK runs; ca-certificates lets pip reach PyPI during the build.
+base_packages="python3,python3-pip,python-is-python3,passwd,ca-certificates"
+
+if [ -z "${CONTAINERS_CONF:-}" ]; then
+  conf_dir=${XDG_RUNTIME_DIR:-/tmp}/magnetar-podman
+  mkdir -p "$conf_dir"
+  # Raising RLIMIT_NOFILE/NPROC is not permitted in some sandboxes: keep the caller's limits.
+  printf '[containers]\ndefault_ulimits = []\n' >"$conf_dir/containers.conf"
+  export CONTAINERS_CONF=$conf_dir/containers.conf
+fi
+read -r -a podman <<<"${PODMAN:-podman --runtime runc --cgroup-manager=cgroupfs}"
+
+log() { echo "build-image: $*" >&2; }
+
+# ---- base image -------------------------------------------------------------------------------
+base_hash=$(printf '%s\n' "bookworm" "$base_packages" "pep668-off" | sha256sum | cut -c1-16)
+base="$base_repo:$base_hash"
+if ! "${podman[@]}" image exists "$base"; then
+  log "building $base with mmdebstrap"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  start=$(date +%s)
+  # Debian marks its Python "externally managed" (PEP 668); this image is a container base whose
+  # Python belongs to the image, so pip may install into it as the official python images allow.
+  mmdebstrap --quiet --variant=minbase --include="$base_packages" \
+    --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
+    --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \
+    bookworm "$work/base.tar" >&2
+  "${podman[@]}" import --change 'CMD ["python3"]' "$work/base.tar" "$base" >/dev/null
+  log "base built in $(($(date +%s) - start)) s"
+fi
+
+# ---- project image ----------------------------------------------------------------------------
+# The build context is what .dockerignore lets in: pyproject.toml, README.md and the packages.
+context_hash=$( {
+  sha256sum Dockerfile .dockerignore
+  git ls-files -z pyproject.toml README.md cli broker managed_ledger ledger bookie metadata operator spark \
+    pyspark_magnetar.py | xargs -0 sha256sum
+  echo "$base"
+} | sha256sum | cut -c1-16)
+image="$repo:$context_hash"
+if ! "${podman[@]}" image exists "$image"; then
+  log "building $image"
+  start=$(date +%s)
+  build_opts=()
+  # Behind a TLS-intercepting proxy pip needs the host's CA bundle: mounted for the RUN steps only,
+  # never part of a layer. MAGNETAR_BUILD_CA= (empty) turns it off.
+  ca=${MAGNETAR_BUILD_CA-/etc/ssl/certs/ca-certificates.crt}
+  if [ -n "$ca" ] && [ -f "$ca" ]; then
+    build_opts+=(--volume "$ca:/etc/ssl/certs/ca-certificates.crt:ro")
+  fi
+  "${podman[@]}" build --quiet --layers "${build_opts[@]}" --build-arg "PYTHON_IMAGE=$base" -t "$image" \
+    -f Dockerfile . >&2
+  log "image built in $(($(date +%s) - start)) s"
+fi
+"${podman[@]}" tag "$image" "$repo:dev" >/dev/null
+echo "$image"
