@@ -232,6 +232,7 @@ def magnetar_cluster_crd() -> dict[str, Any]:
                     "step": _str("What the operator waits for.", maxLength=256),
                 },
             ),
+            "metadataInitialized": _bool("Whether the metadata init Job has succeeded (it is not run again)."),
             "etcd": replicas,
             "bookies": replicas,
             "brokers": replicas,

@@ -29,8 +29,8 @@ class OperatorConfig:
     #: first retry delay and longest delay of the exponential backoff on transient errors
     backoff_base: float = 1.0
     backoff_cap: float = 60.0
-    #: how a clusterRef becomes an admin URL (``{name}``, ``{namespace}``); until the MagnetarCluster
-    #: kind exists this convention is the whole resolution
+    #: how a clusterRef becomes an admin URL (``{name}``, ``{namespace}``): the MagnetarCluster's broker
+    #: Service by default
     cluster_url_template: str = DEFAULT_CLUSTER_URL_TEMPLATE
     #: seconds a deletion waits on an unreachable cluster, unreadable credentials or a failing admin API
     #: before the resource is released and its Pulsar object orphaned (Event ``Orphaned``); 0 = forever
@@ -49,6 +49,8 @@ class OperatorConfig:
     #: watch the credentials Secrets resources reference (needs list/watch on Secrets): a rotated token is
     #: used at once; off: from the next retry or drift pass
     watch_secrets: bool = False
+    #: seconds between passes over a MagnetarCluster that is not Ready yet (start-up, rollouts)
+    cluster_poll: float = 5.0
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -67,6 +69,7 @@ class OperatorConfig:
             reconciles_per_second=_float("MAGNETAR_OPERATOR_RECONCILES_PER_SECOND", cls.reconciles_per_second),
             watch_secrets=is_true(os.environ.get("MAGNETAR_OPERATOR_WATCH_SECRETS", "false")),
             topic_list_cache_seconds=_float("MAGNETAR_OPERATOR_TOPIC_LIST_CACHE_SECONDS", cls.topic_list_cache_seconds),
+            cluster_poll=_float("MAGNETAR_OPERATOR_CLUSTER_POLL", cls.cluster_poll),
         )
 
     def inline_url_refusal(self, url: str) -> str | None:

@@ -102,6 +102,9 @@ class Environment(Protocol):
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         """A Secret's value, ``None`` when it or the key does not exist; raises :class:`CredentialsUnreadable`."""
 
+    def cluster_ready(self, namespace: str, name: str) -> bool | None:
+        """Whether the MagnetarCluster ``namespace/name`` is Ready (None when it does not exist)."""
+
     def event(self, resource: Resource, type_: str, reason: str, message: str) -> None: ...
 
     def admin(self, url: str, token: str | None) -> AdminClient: ...
@@ -194,6 +197,11 @@ class Engine:
         refusal = self._refusal(spec, url)
         if refusal:
             return rc.stalled(rc.CONNECTION_NOT_ALLOWED, refusal, **base)
+        if spec.clusterRef is not None:
+            ready = self.env.cluster_ready(res.namespace, spec.clusterRef.name)
+            if not ready:
+                what = "does not exist" if ready is None else "is not Ready yet"
+                return rc.waiting(rc.CLUSTER_NOT_READY, f"MagnetarCluster {spec.clusterRef.name} {what}", **base)
         owner = rc.conflict(self.env.claims((res.kind, url, pulsar)), res.uid)
         if owner is not None:
             return rc.stalled(rc.RESOURCE_CONFLICT, f"{pulsar} is already managed by {owner.ref}", **base)

@@ -5,6 +5,7 @@ reading credentials Secrets and creating the peering object. Uses the credential
 from __future__ import annotations
 
 import base64
+import json
 import ssl
 from typing import Any
 
@@ -61,7 +62,12 @@ class KubeClient:
             headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
         auth = aiohttp.BasicAuth(info.username, info.password or "") if info.username else None
         async with self._session.request(
-            method, info.server.rstrip("/") + path, json=body, headers=headers, auth=auth, ssl=self._ssl(info)
+            method,
+            info.server.rstrip("/") + path,
+            data=None if body is None else json.dumps(body),
+            headers={**headers, "Content-Type": headers.get("Content-Type", "application/json")},
+            auth=auth,
+            ssl=self._ssl(info),
         ) as resp:
             data = await resp.json(content_type=None) if resp.content_length != 0 else None
             if resp.status >= 400:

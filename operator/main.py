@@ -23,6 +23,8 @@ import kopf
 
 from magnetar.operator import reconcile as rc
 from magnetar.operator.admin import AdminClient
+from magnetar.operator.clusterhandlers import ClusterHandlers
+from magnetar.operator.clusterhandlers import register as register_cluster_handlers
 from magnetar.operator.config import FINALIZER, GROUP, VERSION, OperatorConfig
 from magnetar.operator.engine import CredentialsUnreadable, Engine, Resource, events_for, make_claim
 from magnetar.operator.kube import KubeClient, KubeError
@@ -60,7 +62,7 @@ class KopfEnvironment:
 
     def bind(self, kwargs: dict[str, Any]) -> None:
         """Remember kopf's live indexes (passed to every handler as keyword arguments)."""
-        for name in (*INDEXES, "retention_index"):
+        for name in (*INDEXES, "retention_index", "cluster_index"):
             if name in kwargs:
                 self.indexes[name] = kwargs[name]
 
@@ -81,6 +83,13 @@ class KopfEnvironment:
         for spec in index[(namespace, name)]:
             return RetentionPolicySpec.model_validate(spec)
         return None
+
+    def cluster_ready(self, namespace: str, name: str) -> bool | None:
+        """Whether a MagnetarCluster is Ready (None: no such cluster)."""
+        index = self.indexes.get("cluster_index")
+        if index is None or (namespace, name) not in index:
+            return None
+        return any(index[(namespace, name)])
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         try:
@@ -119,6 +128,7 @@ class KopfEnvironment:
 
 ENV = KopfEnvironment(CONFIG)
 ENGINE = Engine(ENV)
+CLUSTERS = ClusterHandlers(CONFIG, ENV.kube)
 
 
 # ---------------------------------------------------------------------------------------------- lifecycle
@@ -157,6 +167,7 @@ async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
+    await CLUSTERS.close()
     await ENV.close()
 
 
@@ -260,6 +271,7 @@ def _register(kind: str, plural: str) -> None:
 
 for _kind, _plural in PLURALS.items():
     _register(_kind, _plural)
+register_cluster_handlers(CLUSTERS, _plain)
 
 
 # ---------------------------------------------------------------------------------------------- retention policies

@@ -31,6 +31,8 @@ class FakeEnv:
         self.policies: dict[tuple[str, str], RetentionPolicySpec] = {}
         self.secrets: dict[tuple[str, str, str], str | Exception] = {}
         self.events: list[tuple[str, str, str]] = []
+        #: MagnetarClusters by (namespace, name) -> Ready
+        self.clusters: dict[tuple[str, str], bool] = {("default", "magnetar"): True}
         self._admins: dict[tuple[str, str | None], AdminClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -53,6 +55,9 @@ class FakeEnv:
         if isinstance(value, Exception):
             raise value
         return value
+
+    def cluster_ready(self, namespace: str, name: str) -> bool | None:
+        return self.clusters.get((namespace, name))
 
     def event(self, resource: Resource, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))
@@ -268,3 +273,19 @@ async def test_non_partitioned_topic_in_a_namespace_without_auto_creation(env: F
     assert (await engine.reconcile(env.add("TopicNamespace", "ns", ns_spec))).ready
     outcome = await engine.reconcile(env.add("Topic", "plain", {"namespace": f"{tenant}/ns"}))
     assert outcome.ready, outcome.message
+
+
+async def test_cluster_ref_waits_until_the_cluster_is_ready(env: FakeEnv, standalone: StandaloneProcess) -> None:
+    tenant = _name("ten")
+    res = env.add("Tenant", tenant, {"clusterRef": {"name": "later"}})
+    outcome = await Engine(env).reconcile(res)
+    assert (outcome.severity, outcome.reason) == ("transient", rc.CLUSTER_NOT_READY)
+    assert "does not exist" in outcome.message
+    env.clusters[("default", "later")] = False
+    outcome = await Engine(env).reconcile(res)
+    assert (outcome.reason, "is not Ready yet" in outcome.message) == (rc.CLUSTER_NOT_READY, True)
+    with pytest.raises(urllib.error.HTTPError):
+        _admin(standalone, "GET", f"tenants/{tenant}")
+    env.clusters[("default", "later")] = True
+    assert (await Engine(env).reconcile(res)).ready
+    assert _admin(standalone, "GET", f"tenants/{tenant}")["adminRoles"] == []

@@ -41,6 +41,15 @@ NS = "default"
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
 
 
+PAUSED_CLUSTER = {
+    "apiVersion": "magnetar.io/v1alpha1",
+    "kind": "MagnetarCluster",
+    "metadata": {"name": "magnetar", "namespace": NS, "annotations": {"magnetar.io/paused": "true"}},
+    "spec": {"image": "localhost/magnetar:dev", "metadataStore": {"external": {"endpoints": ["etcd:2379"]}},
+             "bookies": {"replicas": 3}, "brokers": {"replicas": 1}},
+}  # fmt: skip
+
+
 class Cluster:
     """Handles on the emulator, the broker, kubectl and the operator process."""
 
@@ -50,9 +59,10 @@ class Cluster:
         self.env = env
         self.log = log
 
-    def kubectl(self, *args: str, check: bool = True, stderr: bool = False) -> str:
+    def kubectl(self, *args: str, check: bool = True, stderr: bool = False, input: str | None = None) -> str:
         """kubectl's output (with ``stderr``: stdout and stderr, for refusals)."""
-        result = subprocess.run([KUBECTL, *args], env=self.env, capture_output=True, text=True, timeout=60)
+        result = subprocess.run([KUBECTL, *args], env=self.env, capture_output=True, text=True, timeout=60,
+                                input=input)  # fmt: skip
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
         return result.stdout + (result.stderr if stderr else "")
@@ -133,6 +143,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster = Cluster(emu, broker, env, log)
     # CRDs first, through the API: kopf discovers resources once, at start.
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+    # The MagnetarCluster the samples' clusterRef names: paused (no pods run here) and marked Ready by hand;
+    # clusterRef still resolves through MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE to the standalone broker.
+    cluster.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(PAUSED_CLUSTER))
+    cluster.kubectl("patch", "magnetarcluster", "magnetar", "--subresource=status", "--type=merge",
+                    "-p", json.dumps({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))  # fmt: skip
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],

@@ -1,0 +1,327 @@
+"""Reconciliation of a ``MagnetarCluster`` into Kubernetes objects, step by step and health-gated.
+
+One pass (:meth:`ClusterReconciler.reconcile`) does at most one disruptive step and reports where the
+cluster stands; the kopf handlers call it again until the cluster is Ready (and on a timer, for drift).
+
+- Start-up order: etcd (all members ready) -> metadata init Job (succeeded) -> bookies (all ready) ->
+  brokers. Later components are not even created before earlier ones are healthy.
+- Apply: every owned object carries ``magnetar.io/applied-hash`` (hash of what was rendered). A missing
+  object is (re)created; a different hash means the spec changed (patch); the same hash but different
+  content means someone edited it by hand (patched back, Warning Event ``DriftCorrected``).
+- Rolling: bookie, broker and etcd StatefulSets use ``OnDelete``; the operator deletes one outdated pod
+  (template hash differs) at a time, highest ordinal first, only when every pod of the component is
+  ready, and for bookies only when every bookie is writable; the StatefulSet controller recreates it and
+  the next pass waits for its readiness. Brokers shut down gracefully on SIGTERM (their topics are
+  closed and the ledgers fenced by the next owner).
+- Scale-down of bookies: the highest bookie is first made read-only and the StatefulSet shrinks only
+  once no ledger still lists it in an ensemble (auto-recovery re-replicates it); its PVCs are then
+  deleted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from magnetar.operator.clusterobjects import APPLIED_HASH, TEMPLATE_HASH, ClusterRenderer, Obj, digest
+from magnetar.operator.clusterspec import BOOKIE_HTTP_PORT, MagnetarClusterSpec
+from magnetar.operator.kube import KubeClient, KubeError
+
+log = logging.getLogger("magnetar.operator.cluster")
+
+READY = "Ready"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+
+#: kind -> (API path prefix, plural)
+API = {
+    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
+    "Service": ("/api/v1", "services"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "Job": ("/apis/batch/v1", "jobs"),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
+    "ServiceMonitor": ("/apis/monitoring.coreos.com/v1", "servicemonitors"),
+    "Pod": ("/api/v1", "pods"),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
+}
+
+EventSink = Callable[[str, str, str], None]
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def path(kind: str, namespace: str, name: str | None = None) -> str:
+    prefix, plural = API[kind]
+    out = f"{prefix}/namespaces/{namespace}/{plural}"
+    return f"{out}/{name}" if name else out
+
+
+def is_subset(want: Any, have: Any) -> bool:
+    """Whether ``have`` contains everything in ``want`` (the API server adds defaults, never removes)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(is_subset(v, have.get(k)) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(want) == len(have) and all(map(is_subset, want, have))
+    if isinstance(want, int | float) and isinstance(have, int | float):
+        return want == have
+    return want == have or str(want) == str(have)
+
+
+def _managed(obj: Obj) -> Obj:
+    """The parts of an object the operator owns (compared for drift, sent in patches)."""
+    meta = obj.get("metadata") or {}
+    out: Obj = {"metadata": {"labels": meta.get("labels") or {}, "annotations": meta.get("annotations") or {}}}
+    for key in ("spec", "data"):
+        if key in obj:
+            out[key] = obj[key]
+    return out
+
+
+def pod_ready(pod: Obj) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def ordinal(pod_name: str) -> int:
+    try:
+        return int(pod_name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+@dataclass
+class ComponentState:
+    desired: int = 0
+    ready: int = 0
+    updated: int = 0
+
+    def as_status(self) -> dict[str, int]:
+        return {"desired": self.desired, "ready": self.ready, "updated": self.updated}
+
+
+@dataclass
+class ClusterResult:
+    """Where the cluster stands after one pass."""
+
+    ready: bool
+    reason: str
+    message: str
+    phase: str
+    components: dict[str, ComponentState] = field(default_factory=dict)
+    rollout: dict[str, str] | None = None
+    degraded: str = ""
+    initialized: bool = False
+
+
+class ClusterReconciler:
+    """Drives one MagnetarCluster through the Kubernetes API (``kube``) and the pods' own HTTP endpoints."""
+
+    def __init__(self, kube: KubeClient, http: aiohttp.ClientSession | None = None) -> None:
+        self.kube = kube
+        self._http = http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        return self._http
+
+    # ------------------------------------------------------------------------------------------ API helpers
+    async def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return await self.kube.request("GET", path(kind, namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list(self, kind: str, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        query = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        found = await self.kube.request("GET", f"{path(kind, namespace)}?labelSelector={query}")
+        return list((found or {}).get("items") or [])
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        try:
+            await self.kube.request("DELETE", path(kind, namespace, name))
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    async def apply(self, obj: Obj, events: EventSink, *, immutable: bool = False) -> Obj:
+        """Create, update (spec changed) or restore (drifted) one owned object; returns the live object."""
+        obj = dict(obj)
+        meta = obj["metadata"] = dict(obj["metadata"])
+        applied = digest(_managed(obj))
+        meta["annotations"] = {**(meta.get("annotations") or {}), APPLIED_HASH: applied}
+        kind, ns, name = obj["kind"], meta["namespace"], meta["name"]
+        live = await self.get(kind, ns, name)
+        if live is None:
+            created = await self.kube.request("POST", path(kind, ns), obj)
+            events("Normal", "Created", f"created {kind} {name}")
+            return created or obj
+        if immutable:
+            return live
+        live_hash = ((live.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH)
+        want = _managed(obj)
+        if live_hash == applied and is_subset(want, _managed(live)):
+            return live
+        patch = want
+        if kind == "StatefulSet":
+            # volumeClaimTemplates and selector are immutable; the CRD's rules keep them unchanged.
+            patch = {**want, "spec": {k: v for k, v in want["spec"].items()
+                                      if k not in ("volumeClaimTemplates", "selector", "serviceName")}}  # fmt: skip
+        if live_hash == applied:
+            events("Warning", "DriftCorrected", f"{kind} {name} was changed outside the operator; restored")
+        else:
+            events("Normal", "Updated", f"updated {kind} {name}")
+        return await self.kube.request("PATCH", path(kind, ns, name), patch, content_type=MERGE_PATCH)
+
+    # ------------------------------------------------------------------------------------------ health
+    async def _bookie_writable(self, host: str) -> bool:
+        try:
+            async with self._session().get(f"http://{host}:{BOOKIE_HTTP_PORT}/api/v1/bookie/state/readonly") as r:
+                body = await r.json(content_type=None)
+                return r.status == 200 and not body.get("readOnly")
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return False
+
+    # ------------------------------------------------------------------------------------------ reconcile
+    async def reconcile(self, body: Obj, events: EventSink) -> ClusterResult:
+        spec = MagnetarClusterSpec.model_validate(body.get("spec") or {})
+        r = ClusterRenderer(body, spec)
+        status = body.get("status") or {}
+        comps: dict[str, ComponentState] = {}
+
+        def result(ready: bool, reason: str, message: str, phase: str, **kw: Any) -> ClusterResult:
+            return ClusterResult(ready, reason, message, phase, comps, **kw)
+
+        # 1. etcd
+        if spec.metadataStore.external is None:
+            state, rolling = await self._component(r, r.etcd_objects(), "etcd", events)
+            comps["etcd"] = state
+            if rolling is not None:
+                return result(False, "RollingUpdate", rolling["step"], "RollingUpdate", rollout=rolling)
+            if state.ready < state.desired:
+                return result(False, "WaitingForEtcd", f"etcd {state.ready}/{state.desired} ready", "Creating")
+        # 2. metadata
+        initialized = bool(status.get("metadataInitialized"))
+        if not initialized:
+            job = await self.apply(r.init_job(), events, immutable=True)
+            succeeded = int((job.get("status") or {}).get("succeeded") or 0)
+            if succeeded < 1:
+                return result(False, "InitializingMetadata", "waiting for the metadata init Job", "Initializing")
+            initialized = True
+        # 3. bookies (scale-down first decommissions)
+        state, rolling = await self._component(r, r.bookie_objects(), "bookie", events)
+        comps["bookies"] = state
+        if rolling is not None:
+            return result(False, "RollingUpdate", rolling["step"], "RollingUpdate", rollout=rolling,
+                          initialized=initialized)  # fmt: skip
+        if state.ready < min(state.desired, spec.bookies.ensembleSize) or state.ready < state.desired:
+            return result(False, "WaitingForBookies", f"bookies {state.ready}/{state.desired} ready", "Creating",
+                          initialized=initialized)  # fmt: skip
+        # 4. brokers
+        state, rolling = await self._component(r, r.broker_objects(), "broker", events)
+        comps["brokers"] = state
+        monitor = r.service_monitor()
+        if monitor is not None:
+            try:
+                await self.apply(monitor, events)
+            except KubeError as exc:  # the Prometheus Operator's CRD may be missing
+                events("Warning", "ServiceMonitorFailed", str(exc))
+        if rolling is not None:
+            return result(False, "RollingUpdate", rolling["step"], "RollingUpdate", rollout=rolling,
+                          initialized=initialized)  # fmt: skip
+        if state.ready < state.desired:
+            return result(False, "WaitingForBrokers", f"brokers {state.ready}/{state.desired} ready", "Creating",
+                          initialized=initialized)  # fmt: skip
+        return result(True, "Running", "all components ready", "Running", initialized=initialized)
+
+    async def _component(self, r: ClusterRenderer, objects: list[Obj], component: str,
+                         events: EventSink) -> tuple[ComponentState, dict[str, str] | None]:  # fmt: skip
+        """Apply a component's objects; roll one outdated pod if all are healthy. Returns its state and the
+        rollout step in progress (None when nothing is being rolled)."""
+        sts: Obj | None = None
+        for obj in objects:
+            live = await self.apply(obj, events)
+            if obj["kind"] == "StatefulSet":
+                sts = obj
+                live_sts = live
+        assert sts is not None
+        want_hash = sts["spec"]["template"]["metadata"]["annotations"][TEMPLATE_HASH]
+        desired = int(sts["spec"]["replicas"])
+        pods = await self.list("Pod", r.namespace, r.selector(component))
+        pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        ready = [p for p in pods if pod_ready(p)]
+        updated = [p for p in pods if (p["metadata"].get("annotations") or {}).get(TEMPLATE_HASH) == want_hash]
+        state = ComponentState(desired, len(ready), len(updated))
+        sts_status = live_sts.get("status") or {}
+        state.ready = min(state.ready, int(sts_status.get("readyReplicas") or state.ready))
+        outdated = sorted((p for p in pods if p not in updated), key=lambda p: -ordinal(p["metadata"]["name"]))
+        if not outdated:
+            return state, None
+        victim = outdated[0]["metadata"]["name"]
+        if len(ready) < desired or len(pods) < desired:
+            return state, {"component": component, "pod": victim, "step": f"waiting for all {component} pods ready"}
+        if component == "bookie":
+            n = r.names
+            for p in pods:
+                host = n.pod_host(p["metadata"]["name"], n.bookie_headless)
+                if not await self._bookie_writable(host):
+                    step = f"waiting for bookie {p['metadata']['name']} to be writable"
+                    return state, {"component": component, "pod": victim, "step": step}
+        await self.delete("Pod", r.namespace, victim)
+        events("Normal", "RollingUpdate", f"restarting {component} pod {victim} with the new template")
+        return state, {"component": component, "pod": victim, "step": f"replaced {victim}, waiting for it"}
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_of(previous: Obj, result: ClusterResult, generation: int, r: ClusterRenderer) -> Obj:
+    """The MagnetarCluster status for a pass's result (conditions keep their lastTransitionTime)."""
+    prev = {c.get("type"): c for c in previous.get("conditions") or []}
+    ts = now_iso()
+
+    def cond(ctype: str, ok: bool, reason: str, message: str) -> Obj:
+        text = "True" if ok else "False"
+        old = prev.get(ctype) or {}
+        when = old.get("lastTransitionTime") if old.get("status") == text else ts
+        return {"type": ctype, "status": text, "reason": reason, "message": message,
+                "lastTransitionTime": when or ts, "observedGeneration": generation}  # fmt: skip
+
+    was_ready = (prev.get(READY) or {}).get("status") == "True"
+    if not result.ready and was_ready and result.reason.startswith("WaitingFor"):
+        result.degraded = result.message
+    out: Obj = {
+        "observedGeneration": generation,
+        "conditions": [
+            cond(READY, result.ready, result.reason, result.message),
+            cond(
+                PROGRESSING,
+                not result.ready,
+                result.reason if not result.ready else "Running",
+                result.message if not result.ready else "",
+            ),
+            cond(DEGRADED, bool(result.degraded), "ComponentDown" if result.degraded else "Running", result.degraded),
+        ],
+        "phase": result.phase,
+        "serviceUrl": r.names.service_url,
+        "adminUrl": r.names.admin_url,
+        "rollout": result.rollout,
+        "metadataInitialized": result.initialized or bool(previous.get("metadataInitialized")),
+    }
+    for key, state in result.components.items():
+        out[key] = state.as_status()
+    return out
