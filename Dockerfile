@@ -54,9 +54,10 @@ RUN groupadd --system --gid 10001 magnetar \
  && mkdir -p /data \
  && chown 10001:10001 /data
 
-# Bind-mount the wheels instead of COPYing them, so they never become an image layer.
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels "magnetar[operator]"
+# The wheels come from the build stage (a bind mount of that stage, nicer because no layer keeps them,
+# installed stale packages with podman/buildah's layer cache, so they are copied and removed).
+COPY --from=build /wheels /tmp/wheels
+RUN pip install --no-index --find-links=/tmp/wheels "magnetar[operator]" && rm -rf /tmp/wheels
 
 USER 10001:10001
 WORKDIR /data

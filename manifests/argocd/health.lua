@@ -1,4 +1,4 @@
--- Argo CD health check for every magnetar.io/v1alpha1 kind: Tenant, TopicNamespace, Topic, RetentionPolicy.
+-- Argo CD health check for every magnetar.io/v1alpha1 kind: MagnetarCluster, Tenant, TopicNamespace, Topic, RetentionPolicy.
 -- Argo CD runs this with gopher-lua (Lua 5.1) and the object as the global `obj`.
 -- argocd-cm maps each kind to this one script: every kind follows the same status contract
 -- (observedGeneration + Ready/Reconciling/Stalled conditions), so one script serves them all.

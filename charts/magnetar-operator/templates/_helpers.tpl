@@ -68,11 +68,35 @@ per-namespace Roles. The operator never writes spec: it reads the objects, patch
 */}}
 {{- define "magnetar-operator.resourceRules" -}}
 - apiGroups: ["magnetar.io"]
-  resources: ["tenants", "topicnamespaces", "topics", "retentionpolicies"]
+  resources: ["magnetarclusters", "tenants", "topicnamespaces", "topics", "retentionpolicies"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["magnetar.io"]
-  resources: ["tenants/status", "topicnamespaces/status", "topics/status", "retentionpolicies/status"]
+  resources: ["magnetarclusters/status", "tenants/status", "topicnamespaces/status", "topics/status",
+              "retentionpolicies/status"]
   verbs: ["get", "patch"]
+# What a MagnetarCluster becomes: the operator reads, creates and patches these objects (never
+# replaces or deletes them: they carry ownerReferences and Kubernetes' garbage collector removes
+# them with the cluster).
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "create"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["servicemonitors"]
+  verbs: ["get", "create", "patch"]
+# Rolling updates: list a component's pods (readiness, template hash) and delete one outdated pod
+# at a time (the StatefulSet recreates it).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "delete"]
 # Events make errors visible with `kubectl describe`, not only in the operator's log. kopf posts
 # core/v1 Events; newer tooling reads events.k8s.io, which is the same object behind both APIs.
 - apiGroups: [""]
