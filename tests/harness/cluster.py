@@ -36,6 +36,21 @@ def _etcd_binary() -> str:
     return os.path.realpath(found)
 
 
+def client_mounts() -> list[str]:
+    """podman volume options making this interpreter's pulsar-client (and certifi) importable from
+    /opt/client in a container of the project image (same Python minor version)."""
+    import certifi
+    import pulsar
+
+    mounts = []
+    for package in (pulsar, certifi):
+        site = Path(package.__file__).resolve().parents[1]
+        for entry in site.iterdir():
+            if entry.name in ("pulsar", "certifi") or entry.name.startswith(("_pulsar", "pulsar_client.libs")):
+                mounts += ["--volume", f"{entry}:/opt/client/{entry.name}:ro"]
+    return mounts
+
+
 class Harness:
     """Start with :meth:`start`, stop with :meth:`stop` (removes containers, volumes and the network)."""
 
@@ -190,13 +205,7 @@ class Harness:
     # ------------------------------------------------------------------------------------------ client
     def client(self, script: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         """Run a Python script with the official pulsar-client inside the network (in a container)."""
-        import pulsar
-
-        site = Path(pulsar.__file__).resolve().parents[1]
-        mounts = []
-        for entry in site.iterdir():
-            if entry.name == "pulsar" or entry.name.startswith(("_pulsar", "pulsar_client.libs")):
-                mounts += ["--volume", f"{entry}:/opt/client/{entry.name}:ro"]
+        mounts = client_mounts()
         (self.workdir / "client.py").write_text(script)
         return self.podman.run(
             "run", "--rm", "--label", f"harness={self.owner}", "--network", self.network, *mounts,
@@ -206,13 +215,7 @@ class Harness:
 
     def client_background(self, script: str, name: str) -> str:
         """Start a client script in a detached container; returns the container name."""
-        import pulsar
-
-        site = Path(pulsar.__file__).resolve().parents[1]
-        mounts = []
-        for entry in site.iterdir():
-            if entry.name == "pulsar" or entry.name.startswith(("_pulsar", "pulsar_client.libs")):
-                mounts += ["--volume", f"{entry}:/opt/client/{entry.name}:ro"]
+        mounts = client_mounts()
         path = self.workdir / f"{name}.py"
         path.write_text(script)
         cname = f"{self.owner}-{name}"
