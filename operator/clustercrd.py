@@ -12,7 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from magnetar.operator.crdgen import AGE, Schema, _bool, _int32, _obj, _rule, _str, crd, ready_columns, status_block
+from magnetar.operator.crdgen import (
+    AGE,
+    Schema,
+    _bool,
+    _int,
+    _int32,
+    _obj,
+    _rule,
+    _str,
+    crd,
+    ready_columns,
+    status_block,
+)
 
 #: Labels, annotations and similar free-form string maps.
 _STRING_MAP: Schema = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 4096}}
@@ -230,6 +242,14 @@ def magnetar_cluster_crd() -> dict[str, Any]:
                     "component": _str("etcd, bookies or brokers.", maxLength=32),
                     "pod": _str("The pod being replaced.", maxLength=253),
                     "step": _str("What the operator waits for.", maxLength=256),
+                },
+            ),
+            "decommission": _obj(
+                "The bookie being decommissioned (scale-down).",
+                {
+                    "pod": _str("The bookie's pod.", maxLength=253),
+                    "bookieId": _str("The bookie id (host:port) ledgers refer to.", maxLength=512),
+                    "since": _int("When its pod was removed (Unix seconds)."),
                 },
             ),
             "metadataInitialized": _bool("Whether the metadata init Job has succeeded (it is not run again)."),

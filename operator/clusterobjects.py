@@ -275,7 +275,8 @@ class ClusterRenderer:
         }
 
     # ------------------------------------------------------------------------------------------ bookies
-    def bookie_objects(self) -> list[Obj]:
+    def bookie_objects(self, replicas: int | None = None) -> list[Obj]:
+        """Bookie objects; ``replicas`` overrides the spec while a scale-down decommissions bookies."""
         n = self.names
         b = self.spec.bookies
         container: Obj = {
@@ -314,7 +315,15 @@ class ClusterRenderer:
         ]
         out = [
             self._service(n.bookie_headless, "bookie", [("bookie", BOOKIE_PORT), ("http", BOOKIE_HTTP_PORT)], True),
-            self._statefulset(n.bookie, "bookie", n.bookie_headless, b.replicas, template, claims, on_delete=True),
+            self._statefulset(
+                n.bookie,
+                "bookie",
+                n.bookie_headless,
+                b.replicas if replicas is None else replicas,
+                template,
+                claims,
+                on_delete=True,
+            ),
         ]
         if self.spec.podDisruptionBudget.enabled:
             out.append(self._pdb("bookie"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from magnetar.operator.clusterobjects import APPLIED_HASH, TEMPLATE_HASH, ClusterRenderer, Obj, digest
-from magnetar.operator.clusterspec import BOOKIE_HTTP_PORT, MagnetarClusterSpec
+from magnetar.operator.clusterspec import BOOKIE_HTTP_PORT, BOOKIE_PORT, MagnetarClusterSpec
 from magnetar.operator.kube import KubeClient, KubeError
 
 log = logging.getLogger("magnetar.operator.cluster")
@@ -117,6 +118,8 @@ class ClusterResult:
     rollout: dict[str, str] | None = None
     degraded: str = ""
     initialized: bool = False
+    #: the bookie being decommissioned (kept in status across passes)
+    decommission: dict[str, Any] | None = None
 
 
 class ClusterReconciler:
@@ -221,13 +224,18 @@ class ClusterReconciler:
             if succeeded < 1:
                 return result(False, "InitializingMetadata", "waiting for the metadata init Job", "Initializing")
             initialized = True
-        # 3. bookies (scale-down first decommissions)
-        state, rolling = await self._component(r, r.bookie_objects(), "bookie", events)
+        # 3. bookies (a scale-down decommissions one bookie at a time first)
+        replicas, step, decommission = await self._decommission(r, status.get("decommission"), events)
+        state, rolling = await self._component(r, r.bookie_objects(replicas), "bookie", events)
         comps["bookies"] = state
+        if step is not None:
+            rollout = {"component": "bookie", "pod": (decommission or {}).get("pod", ""), "step": step}
+            return result(False, "Decommissioning", step, "Decommissioning", initialized=initialized,
+                          decommission=decommission, rollout=rollout)  # fmt: skip
         if rolling is not None:
             return result(False, "RollingUpdate", rolling["step"], "RollingUpdate", rollout=rolling,
                           initialized=initialized)  # fmt: skip
-        if state.ready < min(state.desired, spec.bookies.ensembleSize) or state.ready < state.desired:
+        if state.ready < state.desired:
             return result(False, "WaitingForBookies", f"bookies {state.ready}/{state.desired} ready", "Creating",
                           initialized=initialized)  # fmt: skip
         # 4. brokers
@@ -246,6 +254,71 @@ class ClusterReconciler:
             return result(False, "WaitingForBrokers", f"brokers {state.ready}/{state.desired} ready", "Creating",
                           initialized=initialized)  # fmt: skip
         return result(True, "Running", "all components ready", "Running", initialized=initialized)
+
+    async def _decommission(self, r: ClusterRenderer, current: dict[str, Any] | None,
+                            events: EventSink) -> tuple[int, str | None, dict[str, Any] | None]:  # fmt: skip
+        """Bookie scale-down, one bookie at a time: make the highest bookie read-only (no new ledgers on it),
+        remove its pod, wait until auto-recovery has re-replicated every ledger that used it, delete its
+        PVCs. Returns the bookie replicas to render, the step waited for (None: nothing to do) and the
+        decommission state to keep in status."""
+        n, spec = r.names, r.spec
+        live = await self.get("StatefulSet", r.namespace, n.bookie)
+        live_replicas = int(((live or {}).get("spec") or {}).get("replicas") or 0)
+        desired = spec.bookies.replicas
+        if current:
+            grace = (spec.autoRecovery.lostBookieDelaySeconds or 30) + (spec.autoRecovery.checkIntervalSeconds or 30)
+            waited = time.time() - float(current.get("since", 0))
+            if waited < grace:
+                return (
+                    live_replicas,
+                    f"waiting {grace - waited:.0f} s for auto-recovery to notice {current['pod']}",
+                    current,
+                )
+            recovery = await self._autorecovery_status(n.admin_url)
+            if recovery is None:
+                return live_replicas, "waiting for the brokers' auto-recovery status", current
+            if recovery.get("underReplicatedLedgers") or current["bookieId"] in (recovery.get("lostBookies") or []):
+                return live_replicas, f"waiting for the ledgers of {current['pod']} to be re-replicated", current
+            for claim in ("journal", "ledgers"):
+                await self.delete("PersistentVolumeClaim", r.namespace, f"{claim}-{current['pod']}")
+            events("Normal", "Decommissioned", f"bookie {current['pod']} decommissioned, its PVCs deleted")
+            current = None
+        if live is None or live_replicas <= desired:
+            return desired if live is None else max(desired, live_replicas), None, None
+        pod = f"{n.bookie}-{live_replicas - 1}"
+        host = n.pod_host(pod, n.bookie_headless)
+        state = await self._bookie_state(host)
+        if state is not None and not state:
+            await self._set_read_only(host)
+            events("Normal", "Decommissioning", f"bookie {pod} set read-only before scale-down")
+            return live_replicas, f"making bookie {pod} read-only", None
+        decommission = {"pod": pod, "bookieId": f"{host}:{BOOKIE_PORT}", "since": int(time.time())}
+        events("Normal", "Decommissioning", f"removing bookie {pod}; auto-recovery re-replicates its ledgers")
+        return live_replicas - 1, f"removing bookie {pod}", decommission
+
+    async def _bookie_state(self, host: str) -> bool | None:
+        """Whether a bookie is read-only (None when it does not answer)."""
+        try:
+            async with self._session().get(f"http://{host}:{BOOKIE_HTTP_PORT}/api/v1/bookie/state/readonly") as r:
+                body = await r.json(content_type=None)
+                return bool(body.get("readOnly")) if r.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+
+    async def _set_read_only(self, host: str) -> None:
+        url = f"http://{host}:{BOOKIE_HTTP_PORT}/api/v1/bookie/state/readonly"
+        try:
+            async with self._session().put(url, json={"readOnly": True}) as r:
+                await r.read()
+        except (aiohttp.ClientError, TimeoutError):
+            pass  # retried on the next pass
+
+    async def _autorecovery_status(self, admin_url: str) -> dict[str, Any] | None:
+        try:
+            async with self._session().get(f"{admin_url}/admin/v2/autorecovery/status") as r:
+                return await r.json(content_type=None) if r.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
 
     async def _component(self, r: ClusterRenderer, objects: list[Obj], component: str,
                          events: EventSink) -> tuple[ComponentState, dict[str, str] | None]:  # fmt: skip
@@ -321,6 +394,7 @@ def status_of(previous: Obj, result: ClusterResult, generation: int, r: ClusterR
         "adminUrl": r.names.admin_url,
         "rollout": result.rollout,
         "metadataInitialized": result.initialized or bool(previous.get("metadataInitialized")),
+        "decommission": result.decommission,
     }
     for key, state in result.components.items():
         out[key] = state.as_status()

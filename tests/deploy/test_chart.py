@@ -19,6 +19,10 @@ from tests.deploy import tools
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
+    "cluster": {
+        "cluster": {"enabled": True, "name": "prod", "spec": {"brokers": {"replicas": 2}}},
+        "image": {"repository": "registry.example.com/magnetar", "tag": "1.2.3"},
+    },
     "ha": {
         "replicaCount": 2,
         "podDisruptionBudget": {"enabled": True},
@@ -278,9 +282,11 @@ def test_cluster_wide_rbac_is_least_privilege(helm_bin: str) -> None:
     for rule in rules:
         assert not {"update", "deletecollection", "*"} & set(rule["verbs"]), rule
         assert "delete" not in rule["verbs"] or rule["resources"] == ["pods"], rule
-        assert "create" not in rule["verbs"] or rule["resources"] in (["events"], ["clusterkopfpeerings"]) or set(
-            rule["resources"]
-        ) <= owned, rule
+        assert (
+            "create" not in rule["verbs"]
+            or rule["resources"] in (["events"], ["clusterkopfpeerings"])
+            or set(rule["resources"]) <= owned
+        ), rule
         assert "*" not in rule["resources"] and "*" not in rule["apiGroups"], rule
     binding = the(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -393,6 +399,7 @@ def test_readme_documents_every_value() -> None:
 
 FREE_FORM = {
     "resources",
+    "cluster.spec",
     "podSecurityContext",
     "securityContext",
     "livenessProbe",
@@ -420,3 +427,15 @@ def test_uninstall_hook_scales_down_then_releases_finalizers(helm_bin: str) -> N
     off = tools.documents(tools.helm_template("--set", "uninstall.releaseFinalizers=false"))
     assert not [doc for doc in off if _is_hook(doc)]
     assert "helm.sh/hook" not in tools.INSTALL_YAML.read_text()
+
+
+def test_chart_installs_a_magnetar_cluster_next_to_the_operator(helm_bin: str) -> None:
+    assert not by_kind(render("defaults"), "MagnetarCluster")
+    mc = the(render("cluster"), "MagnetarCluster")
+    assert mc["metadata"]["name"] == "prod" and mc["metadata"]["namespace"] == tools.NAMESPACE
+    spec = mc["spec"]
+    assert spec["image"] == "registry.example.com/magnetar:1.2.3"
+    assert spec["brokers"]["replicas"] == 2 and spec["bookies"]["replicas"] == 3  # values merged over defaults
+    from tests.operator import crdcheck
+
+    assert crdcheck.validate(mc) == []
