@@ -40,6 +40,7 @@ if ! "${podman[@]}" image exists "$base"; then
   start=$(date +%s)
   # Debian marks its Python "externally managed" (PEP 668); this image is a container base whose
   # Python belongs to the image, so pip may install into it as the official python images allow.
+  # shellcheck disable=SC2016  # "$1" is expanded by mmdebstrap (the chroot), not by this shell
   mmdebstrap --quiet --variant=minbase --include="$base_packages" \
     --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
     --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \
