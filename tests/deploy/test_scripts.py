@@ -28,4 +28,4 @@ def test_kind_script_uses_the_chart_and_samples_the_tests_render() -> None:
     assert "magnetarcluster/magnetar --for=condition=Ready" in text
     for sample in ("retentionpolicy", "tenant", "topicnamespace", "topic"):
         assert (ROOT / "manifests" / "samples" / f"{sample}.yaml").exists()
-    assert 'pulsar://magnetar-broker:6650' in text
+    assert "pulsar://magnetar-broker:6650" in text
