@@ -53,8 +53,9 @@ fi
 # The build context is what .dockerignore lets in: pyproject.toml, README.md and the packages.
 context_hash=$( {
   sha256sum Dockerfile .dockerignore
-  git ls-files -z pyproject.toml README.md cli broker managed_ledger ledger bookie metadata operator spark \
-    pyspark_magnetar.py | xargs -0 sha256sum
+  # The allow-list entries of .dockerignore ("!path"), so a new package is hashed once it is let in.
+  mapfile -t allowed < <(sed -n 's#^!\(.*[^/]\)/*$#\1#p' .dockerignore)
+  git ls-files -z -- "${allowed[@]}" | xargs -0 sha256sum
   echo "$base"
 } | sha256sum | cut -c1-16)
 image="$repo:$context_hash"
