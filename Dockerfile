@@ -28,6 +28,10 @@ COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print('\n'.join(p['dependencies'] + p['optional-dependencies']['operator']))" > requirements.txt \
  && pip wheel --wheel-dir /wheels -r requirements.txt
+# SOURCE_HASH (scripts/build-image.sh passes the content hash of the context) makes every later step
+# miss the cache when the source changes: podman/buildah's layer cache reused a stale `COPY . .`.
+ARG SOURCE_HASH=""
+RUN echo "source ${SOURCE_HASH}" > /tmp/source-hash
 COPY . .
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
@@ -54,8 +58,8 @@ RUN groupadd --system --gid 10001 magnetar \
  && mkdir -p /data \
  && chown 10001:10001 /data
 
-# The wheels come from the build stage (a bind mount of that stage, nicer because no layer keeps them,
-# installed stale packages with podman/buildah's layer cache, so they are copied and removed).
+# The wheels come from the build stage, copied and removed (a bind mount of that stage, nicer because
+# no layer keeps them, installed stale packages with podman/buildah's layer cache).
 COPY --from=build /wheels /tmp/wheels
 RUN pip install --no-index --find-links=/tmp/wheels "magnetar[operator]" && rm -rf /tmp/wheels
 

@@ -69,8 +69,8 @@ if ! "${podman[@]}" image exists "$image"; then
   if [ -n "$ca" ] && [ -f "$ca" ]; then
     build_opts+=(--volume "$ca:/etc/ssl/certs/ca-certificates.crt:ro")
   fi
-  "${podman[@]}" build --quiet --layers "${build_opts[@]}" --build-arg "PYTHON_IMAGE=$base" -t "$image" \
-    -f Dockerfile . >&2
+  "${podman[@]}" build --quiet --layers "${build_opts[@]}" --build-arg "PYTHON_IMAGE=$base" \
+    --build-arg "SOURCE_HASH=$context_hash" -t "$image" -f Dockerfile . >&2
   log "image built in $(($(date +%s) - start)) s"
 fi
 "${podman[@]}" tag "$image" "$repo:dev" >/dev/null
