@@ -235,6 +235,21 @@ def test_build_context_has_every_package_and_nothing_else() -> None:
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc") or ".egg-info" in f]
 
 
+def test_every_subpackage_is_listed_in_pyproject() -> None:
+    """setuptools' explicit package list must name every sub-package, or wheels (and the image) lack it
+    while editable installs still work (magnetar.broker.policies was missing once)."""
+    setup = tomllib.loads((tools.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    missing = []
+    for package, directory in setup["package-dir"].items():
+        for init in (tools.ROOT / directory).rglob("__init__.py"):
+            rel = init.parent.relative_to(tools.ROOT / directory)
+            name = ".".join([package, *rel.parts])
+            if name not in listed and "__pycache__" not in rel.parts:
+                missing.append(name)
+    assert not missing, f"add to [tool.setuptools] packages and package-dir: {sorted(set(missing))}"
+
+
 def test_wheel_builds_from_the_build_context(tmp_path: Path) -> None:
     """What the build stage's `pip wheel` sees: only the context files. Build the project's own
     wheel from them (dependencies are not downloaded here) and check every package is inside."""
