@@ -55,6 +55,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     proc: subprocess.Popen[bytes] | None = None
     try:
         cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+        cluster.stand_in_magnetar_cluster()
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],

@@ -59,6 +59,13 @@ class Cluster:
         self.env = env
         self.log = log
 
+    def stand_in_magnetar_cluster(self) -> None:
+        """The MagnetarCluster the samples' clusterRef names: paused (no pods run in these modules) and marked
+        Ready by hand; clusterRef still resolves through MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE to the broker."""
+        self.kubectl("apply", "-f", "-", input=json.dumps(PAUSED_CLUSTER))
+        self.kubectl("patch", "magnetarcluster", "magnetar", "--subresource=status", "--type=merge",
+                     "-p", json.dumps({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))  # fmt: skip
+
     def kubectl(self, *args: str, check: bool = True, stderr: bool = False, input: str | None = None) -> str:
         """kubectl's output (with ``stderr``: stdout and stderr, for refusals)."""
         result = subprocess.run([KUBECTL, *args], env=self.env, capture_output=True, text=True, timeout=60,
@@ -143,11 +150,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster = Cluster(emu, broker, env, log)
     # CRDs first, through the API: kopf discovers resources once, at start.
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    # The MagnetarCluster the samples' clusterRef names: paused (no pods run here) and marked Ready by hand;
-    # clusterRef still resolves through MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE to the standalone broker.
-    cluster.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(PAUSED_CLUSTER))
-    cluster.kubectl("patch", "magnetarcluster", "magnetar", "--subresource=status", "--type=merge",
-                    "-p", json.dumps({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}))  # fmt: skip
+    cluster.stand_in_magnetar_cluster()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],
