@@ -70,6 +70,9 @@ class IndexedEnv:
     def retention_policy(self, namespace: str, name: str) -> RetentionPolicySpec | None:
         return None
 
+    def cluster_ready(self, namespace: str, name: str) -> bool | None:
+        return True  # the standalone stands in for a Ready MagnetarCluster
+
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         return None
 
