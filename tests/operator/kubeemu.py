@@ -533,6 +533,7 @@ class KubeEmulator(kmock.KubernetesScaffold):
             if fixed in old_meta:
                 meta[fixed] = old_meta[fixed]
         new = self._admit(rtype, new, old)
+        meta = new.setdefault("metadata", {})  # admission may return a new object (pruned, defaulted)
         body_of = lambda o: {k: v for k, v in o.items() if k not in ("metadata", "status")}  # noqa: E731
         meta["generation"] = int(old_meta.get("generation", 1)) + (body_of(new) != body_of(old))
         if new == old:

@@ -8,6 +8,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,3 +134,20 @@ def test_finalizers_hold_deletion(emu: EmulatorThread) -> None:
     call(emu, "POST", BASE, {"metadata": {"name": "w4"}})
     assert call(emu, "DELETE", f"{BASE}/w4")[0] == 200
     assert call(emu, "GET", f"{BASE}/w4")[0] == 404
+
+
+def test_generation_bumps_for_admitted_custom_resources(emu: EmulatorThread) -> None:
+    """A CRD with a schema goes through admission (which returns a new, pruned object); the generation must
+    still move with spec changes (it once stayed 1, so kopf and the operator never saw a new generation)."""
+    import yaml
+
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "magnetar.io_tenant.yaml").read_text())
+    assert call(emu, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)[0] == 201
+    base = "/apis/magnetar.io/v1alpha1/namespaces/ns1/tenants"
+    tenant = {"apiVersion": "magnetar.io/v1alpha1", "kind": "Tenant", "metadata": {"name": "t1"},
+              "spec": {"clusterRef": {"name": "c"}}}  # fmt: skip
+    status, obj = call(emu, "POST", base, tenant)
+    assert status == 201 and obj["metadata"]["generation"] == 1
+    _, obj = call(emu, "PATCH", f"{base}/t1", {"spec": {"adminRoles": ["ops"]}}, "application/merge-patch+json")
+    assert obj["spec"]["adminRoles"] == ["ops"] and obj["metadata"]["generation"] == 2
+    assert call(emu, "GET", f"{base}/t1")[1]["metadata"]["generation"] == 2
