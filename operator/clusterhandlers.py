@@ -72,6 +72,8 @@ def register(handlers: ClusterHandlers, plain: Any) -> None:
                initial_delay=handlers.config.drift_interval)(drift)  # fmt: skip
 
     @kopf.index(GROUP, VERSION, PLURAL, id="cluster_index")
-    def cluster_index(namespace: str, name: str, status: kopf.Status, **_: Any) -> dict[tuple[str, str], bool]:
+    def cluster_index(
+        namespace: str | None, name: str, status: kopf.Status, **_: Any
+    ) -> dict[tuple[str | None, str], bool]:
         ready = any(c.get("type") == READY and c.get("status") == "True" for c in status.get("conditions") or [])
         return {(namespace, name): ready}

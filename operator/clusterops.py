@@ -148,7 +148,7 @@ class ClusterReconciler:
                 return None
             raise
 
-    async def list(self, kind: str, namespace: str, selector: dict[str, str]) -> list[Obj]:
+    async def list_objects(self, kind: str, namespace: str, selector: dict[str, str]) -> list[Obj]:
         query = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         found = await self.kube.request("GET", f"{path(kind, namespace)}?labelSelector={query}")
         return list((found or {}).get("items") or [])
@@ -333,7 +333,7 @@ class ClusterReconciler:
         assert sts is not None
         want_hash = sts["spec"]["template"]["metadata"]["annotations"][TEMPLATE_HASH]
         desired = int(sts["spec"]["replicas"])
-        pods = await self.list("Pod", r.namespace, r.selector(component))
+        pods = await self.list_objects("Pod", r.namespace, r.selector(component))
         pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
         ready = [p for p in pods if pod_ready(p)]
         updated = [p for p in pods if (p["metadata"].get("annotations") or {}).get(TEMPLATE_HASH) == want_hash]
