@@ -39,7 +39,7 @@ def cluster_spec(image: str, **changes: Any) -> dict[str, Any]:
         "metadataStore": {"etcd": {"replicas": 3, "storage": {"size": "1Gi"}}},
         "bookies": {"replicas": 4, "ensembleSize": 3, "writeQuorum": 2, "ackQuorum": 2,
                     "journal": {"size": "1Gi"}, "ledgers": {"size": "2Gi"}},
-        "brokers": {"replicas": 1, "config": {"brokerDeduplicationEnabled": "true"}},
+        "brokers": {"replicas": 2, "config": {"brokerDeduplicationEnabled": "true"}},
         "autoRecovery": {"lostBookieDelaySeconds": 5, "checkIntervalSeconds": 5},
     }  # fmt: skip
     for key, value in changes.items():
@@ -94,7 +94,7 @@ def test_cluster_becomes_ready_in_order(harness: Harness) -> None:
     assert status["serviceUrl"] == "pulsar://demo-broker.default.svc:6650"
     assert status["adminUrl"] == "http://demo-broker.default.svc:8080"
     assert status["bookies"] == {"desired": 4, "ready": 4, "updated": 4}
-    assert status["etcd"]["ready"] == 3 and status["brokers"]["ready"] == 1
+    assert status["etcd"]["ready"] == 3 and status["brokers"]["ready"] == 2
     names = {(o["kind"], o["metadata"]["name"]) for kind in ("StatefulSet", "Service", "Job", "ConfigMap")
              for o in harness.objects(kind)}  # fmt: skip
     assert {
@@ -199,7 +199,7 @@ def test_rolling_update_while_producing_loses_and_duplicates_nothing(harness: Ha
     def rolled() -> Any:
         obj = ready(harness)
         return obj and obj["metadata"]["generation"] > generation and obj["status"]["bookies"]["updated"] == 4 and (
-            obj["status"]["brokers"]["updated"] == 1) and obj  # fmt: skip
+            obj["status"]["brokers"]["updated"] == 2) and obj  # fmt: skip
 
     harness.wait(rolled, "rolling update done", timeout=600)
     (out / "stop").write_text("")
@@ -207,12 +207,14 @@ def test_rolling_update_while_producing_loses_and_duplicates_nothing(harness: Ha
     log = harness.podman.run("logs", producer, check=False)
     assert "DONE" in log.stdout, log.stdout[-2000:] + log.stderr[-2000:]
     after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in harness.objects("Pod")}
-    for pod in ("demo-bookie-0", "demo-bookie-3", "demo-broker-0"):
+    for pod in ("demo-bookie-0", "demo-bookie-3", "demo-broker-0", "demo-broker-1"):
         assert after[pod] != before[pod], f"{pod} was not replaced"
     assert after["demo-etcd-0"] == before["demo-etcd-0"], "etcd's template did not change: not restarted"
     rolls = [m for r, m in harness.events(NAME) if r == "RollingUpdate"]
     restarted = {m.split(" pod ")[1].split()[0] for m in rolls}
-    assert restarted == {"demo-bookie-0", "demo-bookie-1", "demo-bookie-2", "demo-bookie-3", "demo-broker-0"}, rolls
+    assert restarted == {
+        "demo-bookie-0", "demo-bookie-1", "demo-bookie-2", "demo-bookie-3", "demo-broker-0", "demo-broker-1"
+    }, rolls
 
     acked = [int(x) for x in (out / "acked.txt").read_text().split()]
     result = harness.client(DRAIN)
