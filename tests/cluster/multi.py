@@ -6,8 +6,6 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -18,7 +16,7 @@ from typing import Any
 
 import pulsar
 
-from tests.cluster.processes import ClusterBroker
+from tests.cluster.processes import ClusterBroker, initialize_cluster
 from tests.etcd_server import EtcdServer
 
 #: Lease TTL of the test brokers (etcd's minimum is 2 s).
@@ -78,13 +76,7 @@ class MultiCluster:
         self.etcd.start()
         for b in self.bookies:
             b.start()
-        init = subprocess.run(
-            [sys.executable, "-m", "magnetar.cli.main", "initialize-cluster-metadata", "--cluster", "test-cluster",
-             "--metadata-url", self.etcd.url, "--web-service-url", "http://127.0.0.1:8080",
-             "--broker-service-url", "pulsar://127.0.0.1:6650"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert init.returncode == 0, init.stderr
+        initialize_cluster(self.etcd.url)
         for b in self.brokers[:brokers]:
             b.start()
 

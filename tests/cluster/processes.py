@@ -92,3 +92,14 @@ class ClusterBroker:
         with urllib.request.urlopen(f"{self.http_url}{path}", timeout=timeout) as r:
             body = r.read()
         return json.loads(body) if body else None
+
+
+def initialize_cluster(metadata_url: str) -> None:
+    """``magnetar initialize-cluster-metadata`` for cluster ``test-cluster`` in the store at ``metadata_url``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "magnetar.cli.main", "initialize-cluster-metadata", "--cluster", "test-cluster",
+         "--metadata-url", metadata_url, "--web-service-url", "http://127.0.0.1:8080",
+         "--broker-service-url", "pulsar://127.0.0.1:6650"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr

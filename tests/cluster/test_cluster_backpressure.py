@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import build_entry
+from tests.cluster.processes import initialize_cluster
 from tests.cluster.test_cluster_broker import ClusterBroker
 from tests.etcd_server import EtcdServer, find_etcd_binary
 from tests.rawclient import RawClient, T
@@ -60,13 +59,7 @@ def small_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tu
     )
     try:
         bookie.start()
-        init = subprocess.run(
-            [sys.executable, "-m", "magnetar.cli.main", "initialize-cluster-metadata", "--cluster", "test-cluster",
-             "--metadata-url", etcd.url, "--web-service-url", "http://127.0.0.1:8080",
-             "--broker-service-url", "pulsar://127.0.0.1:6650"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert init.returncode == 0, init.stderr
+        initialize_cluster(etcd.url)
         broker.start()
         yield bookie, broker
     finally:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -15,7 +13,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from tests.cluster.processes import ClusterBroker
+from tests.cluster.processes import ClusterBroker, initialize_cluster
 from tests.etcd_server import EtcdServer, find_etcd_binary
 
 pytestmark = pytest.mark.skipif(
@@ -49,13 +47,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[EtcdServer, list, ClusterBroker]]:
     try:
         for b in bookies:
             b.start()
-        init = subprocess.run(
-            [sys.executable, "-m", "magnetar.cli.main", "initialize-cluster-metadata", "--cluster", "test-cluster",
-             "--metadata-url", etcd.url, "--web-service-url", "http://127.0.0.1:8080",
-             "--broker-service-url", "pulsar://127.0.0.1:6650"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert init.returncode == 0, init.stderr
+        initialize_cluster(etcd.url)
         broker.start()
         yield etcd, bookies, broker
     finally:
@@ -200,12 +192,7 @@ def test_bookie_kill9_while_producing(tmp_path: Path) -> None:
     try:
         for b in bookies:
             b.start()
-        subprocess.run(
-            [sys.executable, "-m", "magnetar.cli.main", "initialize-cluster-metadata", "--cluster", "test-cluster",
-             "--metadata-url", etcd.url, "--web-service-url", "http://127.0.0.1:8080",
-             "--broker-service-url", "pulsar://127.0.0.1:6650"],
-            check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
+        initialize_cluster(etcd.url)
         broker.start()
         client = _client(broker)
         topic = "persistent://public/default/bookie-failure"

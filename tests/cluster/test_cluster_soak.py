@@ -11,8 +11,6 @@ checked; a second subscription consumes and acknowledges during the whole run.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -22,6 +20,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from tests.cluster.processes import initialize_cluster
 from tests.cluster.test_cluster_broker import ClusterBroker
 from tests.etcd_server import EtcdServer, find_etcd_binary
 
@@ -56,13 +55,7 @@ def soak_cluster(tmp_path: Path) -> Iterator[tuple[list, ClusterBroker]]:  # typ
     try:
         for b in bookies:
             b.start()
-        init = subprocess.run(
-            [sys.executable, "-m", "magnetar.cli.main", "initialize-cluster-metadata", "--cluster", "test-cluster",
-             "--metadata-url", etcd.url, "--web-service-url", "http://127.0.0.1:8080",
-             "--broker-service-url", "pulsar://127.0.0.1:6650"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert init.returncode == 0, init.stderr
+        initialize_cluster(etcd.url)
         broker.start()
         yield bookies, broker
     finally:

@@ -4,8 +4,6 @@ through another (both on one etcd), because watchers follow the metadata store, 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.topic_list import topics_hash
 from tests.admin.rest import call
 from tests.cluster.multi import http_call
-from tests.cluster.processes import ClusterBroker
+from tests.cluster.processes import ClusterBroker, initialize_cluster
 from tests.etcd_server import EtcdServer, find_etcd_binary
 from tests.rawclient import RawClient
 
@@ -39,13 +37,7 @@ def test_watcher_sees_topics_of_another_broker(tmp_path: Path) -> None:
         etcd.start()
         bookie.metadata_url = etcd.url
         bookie.start()
-        init = subprocess.run(
-            [sys.executable, "-m", "magnetar.cli.main", "initialize-cluster-metadata", "--cluster", "test-cluster",
-             "--metadata-url", etcd.url, "--web-service-url", "http://127.0.0.1:8080",
-             "--broker-service-url", "pulsar://127.0.0.1:6650"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert init.returncode == 0, init.stderr
+        initialize_cluster(etcd.url)
         for i in range(2):
             (tmp_path / f"b{i}").mkdir()
             brokers.append(ClusterBroker(tmp_path / f"b{i}", etcd.url, one))
