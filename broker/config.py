@@ -312,6 +312,19 @@ class BrokerConfig:
     journal_directory: str = _setting("", "Bookie journal directory (empty: `<dataDir>/bookie/journal`).")
     ledger_directories: str = _setting("", "Bookie entry-log directories (empty: `<dataDir>/bookie/ledgers`).")
     journal_sync_data: bool = _setting(True, "fdatasync the journal before acknowledging an add.")
+    # -- TLS (PEM files; reloaded when they change)
+    # -- authentication
+    authentication_enabled: bool = _setting(False, "Require clients (binary protocol and HTTP) to authenticate.")
+    authentication_providers: str = _setting(
+        "",
+        "Comma list of authentication providers (Pulsar's class names, e.g. "
+        "`org.apache.pulsar.broker.authentication.AuthenticationProviderToken`, or the short `token`, `basic`, `tls`).",
+    )
+    # -- authorization
+    authorization_enabled: bool = _setting(
+        False, "Check every operation against the authenticated role's permissions (needs authentication)."
+    )
+    superuser_roles: str = _setting("", "Comma list of roles allowed every operation (and to administer tenants).")
     #: Settings given that Magnetar does not know, kept verbatim (the admin API's configuration lists them).
     extra: dict[str, str] = field(default_factory=dict, metadata={"internal": True})
 

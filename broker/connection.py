@@ -57,6 +57,8 @@ class ServerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.handshake_done = False
+        #: Role the client authenticated as (``None``: authentication is disabled); see broker/auth/.
+        self.role: str | None = None
         self.client_version = ""
         self.protocol_version = 0
         self.producers: dict[int, Producer] = {}

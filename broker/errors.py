@@ -94,3 +94,17 @@ class ConcurrentModificationError(BrokerError):
     """A compare-and-swap update kept losing to concurrent writers (admin: 409)."""
 
     http_status = 409
+
+
+class AuthenticationError(BrokerError):
+    """The client could not be authenticated (bad, expired or missing credentials): HTTP 401."""
+
+    code = pb.AuthenticationError
+    http_status = 401
+
+
+class AuthorizationError(BrokerError):
+    """The authenticated role may not do this: HTTP 403."""
+
+    code = pb.AuthorizationError
+    http_status = 403
