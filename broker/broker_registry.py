@@ -35,6 +35,7 @@ class BrokerInfo:
     web_service_url: str
     pulsar_service_url: str
     pulsar_service_url_tls: str = ""
+    web_service_url_tls: str = ""
     #: listener name -> {"brokerServiceUrl": ..., "brokerServiceUrlTls": ...}
     advertised_listeners: dict[str, dict[str, str]] = field(default_factory=dict)
     load: dict[str, Any] = field(default_factory=dict)
@@ -43,6 +44,7 @@ class BrokerInfo:
         return {
             "brokerId": self.broker_id,
             "webServiceUrl": self.web_service_url,
+            "webServiceUrlTls": self.web_service_url_tls,
             "pulsarServiceUrl": self.pulsar_service_url,
             "pulsarServiceUrlTls": self.pulsar_service_url_tls,
             "advertisedListeners": self.advertised_listeners,
@@ -51,10 +53,18 @@ class BrokerInfo:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BrokerInfo:
-        known = {"brokerId", "webServiceUrl", "pulsarServiceUrl", "pulsarServiceUrlTls", "advertisedListeners"}
+        known = {
+            "brokerId",
+            "webServiceUrl",
+            "webServiceUrlTls",
+            "pulsarServiceUrl",
+            "pulsarServiceUrlTls",
+            "advertisedListeners",
+        }
         return cls(
             broker_id=data["brokerId"],
             web_service_url=data["webServiceUrl"],
+            web_service_url_tls=data.get("webServiceUrlTls", ""),
             pulsar_service_url=data["pulsarServiceUrl"],
             pulsar_service_url_tls=data.get("pulsarServiceUrlTls", ""),
             advertised_listeners=data.get("advertisedListeners") or {},

@@ -56,8 +56,12 @@ class BrokerConfig:
     bind_addresses: str = _setting(
         "", "Extra sockets `name:pulsar://host:port,...` (PIP-95); lookups on one default to listener `name`."
     )
-    broker_service_port: int = _setting(6650, "Binary protocol port.")
-    web_service_port: int = _setting(8080, "HTTP port (admin REST API, lookups, metrics).")
+    broker_service_port: int | None = _setting(
+        6650, "Binary protocol port (empty: no plaintext listener, TLS only on `brokerServicePortTls`)."
+    )
+    web_service_port: int | None = _setting(
+        8080, "HTTP port (admin REST API, lookups, metrics) (empty: HTTPS only, on `webServicePortTls`)."
+    )
     data_dir: str = _setting("data", "Where a standalone keeps messages and metadata (Magnetar's own).")
     metadata_store_url: str = _setting(
         "", "Metadata store of a cluster broker (`etcd://host:port[,host:port]`); standalone embeds its own."
@@ -313,6 +317,38 @@ class BrokerConfig:
     ledger_directories: str = _setting("", "Bookie entry-log directories (empty: `<dataDir>/bookie/ledgers`).")
     journal_sync_data: bool = _setting(True, "fdatasync the journal before acknowledging an add.")
     # -- TLS (PEM files; reloaded when they change)
+    broker_service_port_tls: int | None = _setting(
+        None, "Binary protocol port with TLS (`pulsar+ssl://`; Pulsar's docs use 6651) (unset: no TLS listener)."
+    )
+    web_service_port_tls: int | None = _setting(
+        None, "HTTPS port (admin REST API, lookups, metrics; Pulsar's docs use 8443) (unset: no HTTPS listener)."
+    )
+    tls_certificate_file_path: str = _setting("", "PEM certificate (chain) of this broker's TLS listeners.")
+    tls_key_file_path: str = _setting("", "PEM private key of `tlsCertificateFilePath` (unencrypted).")
+    tls_trust_certs_file_path: str = _setting(
+        "", "PEM CA certificates that client certificates are verified against (empty: none are asked for)."
+    )
+    tls_require_trusted_client_cert_on_connect: bool = _setting(
+        False,
+        "Refuse TLS clients without a certificate trusted by `tlsTrustCertsFilePath` (mutual TLS); otherwise a "
+        "client certificate is optional, and verified when given (for TLS authentication).",
+    )
+    tls_allow_insecure_connection: bool = _setting(
+        False,
+        "Accept TLS clients whatever certificate they present: client certificates are then not verified, "
+        "so they cannot be used for authentication.",
+    )
+    tls_cert_refresh_check_duration_sec: float = _setting(
+        300,
+        "How often the certificate, key and trust files are checked for changes (e.g. rotated by cert-manager); "
+        "new connections get the new certificate, open ones keep theirs (0: never).",
+    )
+    tls_protocols: str = _setting(
+        "", "Comma list of TLS versions the listeners accept, e.g. `TLSv1.3,TLSv1.2` (empty: TLSv1.2 and later)."
+    )
+    tls_ciphers: str = _setting(
+        "", "Comma list of TLS 1.2 cipher suites (OpenSSL names) the listeners accept (empty: OpenSSL's defaults)."
+    )
     # -- authentication
     authentication_enabled: bool = _setting(False, "Require clients (binary protocol and HTTP) to authenticate.")
     authentication_providers: str = _setting(

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from magnetar.broker import consumer_commands, lookup_commands, producer_commands
 from magnetar.broker.consumer import Consumer
@@ -23,6 +23,7 @@ from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import Frame, FrameDecoder, FrameError
 from magnetar.broker.protocol.validate import invalid_string_field
+from magnetar.broker.tls import peer_certificate
 from magnetar.broker.topic_list import TopicListWatcher
 from magnetar.common.tasks import TaskSet
 from magnetar.ledger.api import LedgerError
@@ -75,6 +76,12 @@ class ServerConnection(asyncio.Protocol):
         self._pending_sends = 0
         self._too_many_sends = False
         self._reading_paused = False
+
+    @property
+    def peer_certificate(self) -> Mapping[str, Any] | None:
+        """The client's verified TLS certificate (``getpeercert()`` dict, for TLS authentication); ``None`` on
+        a plaintext connection or when the client presented none."""
+        return peer_certificate(self.transport)
 
     # ------------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -79,12 +79,40 @@ def advertised_host(config: BrokerConfig) -> str:
     return DEFAULT_ADVERTISED_HOST
 
 
-def own_broker_service_url(config: BrokerConfig, listeners: Listeners, port: int) -> str:
-    """This broker's ``brokerServiceUrl``: the internal listener's, else ``pulsar://<advertised host>:<port>``."""
+def own_broker_service_url(config: BrokerConfig, listeners: Listeners, port: int | None) -> str:
+    """This broker's ``brokerServiceUrl``: the internal listener's, else ``pulsar://<advertised host>:<port>``
+    ("" in TLS-only mode: no plaintext port)."""
     internal = listeners.internal
     if internal is not None and internal.broker_service_url:
         return internal.broker_service_url
+    if port is None:
+        return ""
     return f"pulsar://{advertised_host(config)}:{port}"
+
+
+def own_broker_service_url_tls(config: BrokerConfig, listeners: Listeners, tls_port: int | None) -> str:
+    """This broker's ``brokerServiceUrlTls``: the internal listener's ``pulsar+ssl://`` URL, else
+    ``pulsar+ssl://<advertised host>:<brokerServicePortTls>`` ("" when there is no TLS port)."""
+    internal = listeners.internal
+    if internal is not None and internal.broker_service_url_tls:
+        return internal.broker_service_url_tls
+    if tls_port is None:
+        return ""
+    return f"pulsar+ssl://{advertised_host(config)}:{tls_port}"
+
+
+def own_web_service_urls(config: BrokerConfig) -> tuple[str, str]:
+    """``webServiceUrl`` and ``webServiceUrlTls`` ("" for a listener that is off)."""
+    host = advertised_host(config)
+    plain = f"http://{host}:{config.web_service_port}" if config.web_service_port is not None else ""
+    tls = f"https://{host}:{config.web_service_port_tls}" if config.web_service_port_tls is not None else ""
+    return plain, tls
+
+
+def web_address(config: BrokerConfig) -> str:
+    """``host:port`` identifying this broker (Pulsar's lookup service address): the HTTP port, else the HTTPS one."""
+    port = config.web_service_port if config.web_service_port is not None else config.web_service_port_tls
+    return f"{advertised_host(config)}:{port}"
 
 
 def _parse_advertised(config: BrokerConfig) -> dict[str, AdvertisedListener]:

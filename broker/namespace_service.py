@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.broker.broker_registry import BrokerInfo, BrokerRegistry
 from magnetar.broker.bundles import Bundle, bundles_of, find_bundle
 from magnetar.broker.errors import BrokerError
+from magnetar.broker.listeners import web_address
 from magnetar.broker.ownership import Owner, OwnershipCache
 from magnetar.broker.policies import Policies, parse_stored
 from magnetar.broker.policies.store import namespace_path
@@ -51,6 +52,8 @@ class LookupAnswer:
     broker_url_tls: str
     http_url: str
     authoritative: bool
+    #: The ``https://`` web service URL of that broker ("" without HTTPS).
+    http_url_tls: str = ""
 
 
 @dataclass(slots=True)
@@ -69,12 +72,12 @@ class NamespaceService:
         config = service.config
         self.store = service.store
         self.ttl_s = max(2.0, config.metadata_store_session_timeout_millis / 1000)
-        internal = service.listeners.internal
         me = BrokerInfo(
-            broker_id=f"{service.advertised_host}:{config.web_service_port}",
+            broker_id=web_address(config),
             web_service_url=service.web_service_url,
+            web_service_url_tls=service.web_service_url_tls,
             pulsar_service_url=service.broker_service_url,
-            pulsar_service_url_tls=(internal.broker_service_url_tls or "") if internal else "",
+            pulsar_service_url_tls=service.broker_service_url_tls,
             advertised_listeners={
                 name: {"brokerServiceUrl": lst.broker_service_url or "",
                        "brokerServiceUrlTls": lst.broker_service_url_tls or ""}
@@ -243,21 +246,21 @@ class NamespaceService:
 
     def _connect_me(self, listener: str) -> LookupAnswer:
         url, url_tls = self.service.lookup_urls(listener)
-        return LookupAnswer(False, url, url_tls or "", self.me.web_service_url, True)
+        return LookupAnswer(False, url, url_tls or "", self.me.web_service_url, True, self.me.web_service_url_tls)
 
     def _answer(self, owner: Owner, listener: str, *, redirect: bool, authoritative: bool) -> LookupAnswer:
         try:
             url, url_tls = owner.urls(listener)
         except KeyError:
             raise BrokerError(f"the broker do not have {listener} listener", pb.ServiceNotReady) from None
-        return LookupAnswer(redirect, url, url_tls, owner.http_url, authoritative)
+        return LookupAnswer(redirect, url, url_tls, owner.http_url, authoritative, owner.http_url_tls)
 
     def _redirect(self, broker: BrokerInfo, listener: str, *, authoritative: bool) -> LookupAnswer:
         try:
             url, url_tls = broker.urls(listener)
         except KeyError:
             raise BrokerError(f"the broker do not have {listener} listener", pb.ServiceNotReady) from None
-        return LookupAnswer(True, url, url_tls, broker.web_service_url, authoritative)
+        return LookupAnswer(True, url, url_tls, broker.web_service_url, authoritative, broker.web_service_url_tls)
 
     async def select_broker(self, bundle: Bundle, exclude: set[str] | None = None) -> BrokerInfo | None:
         """The least loaded live broker (fewest bundles, counting those assigned since its last report)."""

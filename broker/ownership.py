@@ -37,6 +37,7 @@ class Owner:
     advertised_listeners: dict[str, dict[str, str]]
     session: int
     disabled: bool = False
+    http_url_tls: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,7 +45,7 @@ class Owner:
             "nativeUrl": self.native_url,
             "nativeUrlTls": self.native_url_tls,
             "httpUrl": self.http_url,
-            "httpUrlTls": "",
+            "httpUrlTls": self.http_url_tls,
             "disabled": self.disabled,
             "advertisedListeners": self.advertised_listeners,
             "session": self.session,
@@ -60,6 +61,7 @@ class Owner:
             advertised_listeners=data.get("advertisedListeners") or {},
             session=int(data.get("session", 0)),
             disabled=bool(data.get("disabled", False)),
+            http_url_tls=data.get("httpUrlTls", ""),
         )
 
     @classmethod
@@ -71,6 +73,7 @@ class Owner:
             info.web_service_url,
             info.advertised_listeners,
             session.id,
+            http_url_tls=info.web_service_url_tls,
         )
 
     def urls(self, listener_name: str) -> tuple[str, str]:

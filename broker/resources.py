@@ -160,8 +160,17 @@ def default_policies(cluster: str) -> dict[str, Any]:
     return default_namespace_policies(cluster).to_json()
 
 
-async def initialize_standalone(resources: Resources, cluster: str, service_url: str, web_url: str) -> None:
-    """First start: cluster ``standalone``, tenant ``public``, namespace ``public/default`` (idempotent)."""
-    await resources.create_cluster(cluster, {"serviceUrl": web_url, "brokerServiceUrl": service_url})
+async def initialize_standalone(
+    resources: Resources, cluster: str, service_url: str, web_url: str, service_url_tls: str = "", web_url_tls: str = ""
+) -> None:
+    """First start: cluster ``standalone``, tenant ``public``, namespace ``public/default`` (idempotent).
+    The cluster's URLs are those of the listeners that are on (TLS ones only when TLS is)."""
+    urls = {
+        "serviceUrl": web_url,
+        "serviceUrlTls": web_url_tls,
+        "brokerServiceUrl": service_url,
+        "brokerServiceUrlTls": service_url_tls,
+    }
+    await resources.create_cluster(cluster, {k: v for k, v in urls.items() if v})
     await resources.create_tenant("public", {"adminRoles": [], "allowedClusters": [cluster]})
     await resources.create_namespace("public/default", default_policies(cluster))

@@ -23,7 +23,13 @@ from magnetar.broker.errors import (
     TopicNotFoundError,
 )
 from magnetar.broker.housekeeping import Housekeeper, enforce_backlog_quota
-from magnetar.broker.listeners import advertised_host, own_broker_service_url, parse_listeners
+from magnetar.broker.listeners import (
+    advertised_host,
+    own_broker_service_url,
+    own_broker_service_url_tls,
+    own_web_service_urls,
+    parse_listeners,
+)
 from magnetar.broker.namespace_service import LookupAnswer, NamespaceService
 from magnetar.broker.nonpersistent import NonPersistentTopic
 from magnetar.broker.policies import PolicyStore
@@ -33,6 +39,7 @@ from magnetar.broker.resources import Resources
 from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.stats import sample_topic
 from magnetar.broker.system_topics import ChangeEvents, check_user_creatable
+from magnetar.broker.tls import ReloadingServerContext, TlsSettings
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_list import TopicListService
 from magnetar.broker.topic_name import TopicName
@@ -75,7 +82,12 @@ class BrokerService:
         #: Topic-list watchers (WATCH_TOPIC_LIST) of every connection, fed from the metadata store.
         self.topic_lists = TopicListService(store)
         self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.base_events.Server | None = None  # brokerServicePort (None: TLS only)
+        self._tls_server: asyncio.base_events.Server | None = None  # brokerServicePortTls
+        #: The TLS listeners' certificate (binary and HTTPS), reloaded as its files rotate; ``None``: no TLS port.
+        self.tls: ReloadingServerContext | None = None
+        if config.broker_service_port_tls is not None or config.web_service_port_tls is not None:
+            self.tls = ReloadingServerContext(TlsSettings.of_broker(config), config.tls_cert_refresh_check_duration_sec)
         self._extra_servers: list[asyncio.base_events.Server] = []  # bindAddresses
         self._producer_seq = itertools.count()
         #: The broker's own background work (stats, policy re-application, unloads, consumer detaches).
@@ -92,28 +104,47 @@ class BrokerService:
 
     @property
     def broker_service_url(self) -> str:
+        """``pulsar://`` URL of this broker ("" in TLS-only mode)."""
         return own_broker_service_url(self.config, self.listeners, self.port)
 
     @property
+    def broker_service_url_tls(self) -> str:
+        """``pulsar+ssl://`` URL of this broker ("" without a TLS port)."""
+        return own_broker_service_url_tls(self.config, self.listeners, self.tls_port)
+
+    @property
     def web_service_url(self) -> str:
-        return f"http://{self.advertised_host}:{self.config.web_service_port}"
+        """``http://`` URL of this broker's web service ("" in HTTPS-only mode)."""
+        return own_web_service_urls(self.config)[0]
+
+    @property
+    def web_service_url_tls(self) -> str:
+        """``https://`` URL of this broker's web service ("" without an HTTPS port)."""
+        return own_web_service_urls(self.config)[1]
 
     def lookup_urls(self, listener_name: str) -> tuple[str, str | None]:
         """``brokerServiceUrl`` and ``brokerServiceUrlTls`` a lookup answers with: the named listener's
         (Pulsar's ServiceNotReady when this broker has no listener of that name), else this broker's own."""
         if not listener_name:
-            internal = self.listeners.internal
-            return self.broker_service_url, internal.broker_service_url_tls if internal else None
+            return self.broker_service_url, self.broker_service_url_tls or None
         listener = self.listeners.advertised.get(listener_name)
         if listener is None:
             raise ServiceNotReadyError(f"the broker do not have {listener_name} listener")
         return listener.broker_service_url or "", listener.broker_service_url_tls
 
     @property
-    def port(self) -> int:
+    def port(self) -> int | None:
+        """The plaintext binary port (``None``: TLS only)."""
         if self._server is not None and self._server.sockets:
             return self._server.sockets[0].getsockname()[1]
         return self.config.broker_service_port
+
+    @property
+    def tls_port(self) -> int | None:
+        """The TLS binary port (``None``: no TLS listener)."""
+        if self._tls_server is not None and self._tls_server.sockets:
+            return self._tls_server.sockets[0].getsockname()[1]
+        return self.config.broker_service_port_tls
 
     async def start(self) -> None:
         """Reserve a producer-name prefix and start listening on the binary port."""
@@ -121,14 +152,33 @@ class BrokerService:
         loop = asyncio.get_running_loop()
         self.tasks.spawn(self._sample_stats(), name="stats")
         self.housekeeper.start()
-        self._server = await loop.create_server(
-            lambda: ServerConnection(self),
-            self.config.bind_address,
-            self.config.broker_service_port,
-            reuse_address=True,
-            backlog=1024,
-        )
-        log.info("broker listening on %s:%d (%s)", self.config.bind_address, self.port, self.broker_service_url)
+        if self.tls is not None:
+            await self.tls.start()
+        if self.config.broker_service_port is not None:
+            self._server = await loop.create_server(
+                lambda: ServerConnection(self),
+                self.config.bind_address,
+                self.config.broker_service_port,
+                reuse_address=True,
+                backlog=1024,
+            )
+            log.info("broker listening on %s:%d (%s)", self.config.bind_address, self.port, self.broker_service_url)
+        if self.config.broker_service_port_tls is not None and self.tls is not None:
+            self._tls_server = await loop.create_server(
+                lambda: ServerConnection(self),
+                self.config.bind_address,
+                self.config.broker_service_port_tls,
+                reuse_address=True,
+                backlog=1024,
+                ssl=self.tls.listener_context,
+                ssl_handshake_timeout=10,
+            )
+            log.info(
+                "broker listening with TLS on %s:%d (%s)",
+                self.config.bind_address,
+                self.tls_port,
+                self.broker_service_url_tls,
+            )
         for bind in self.listeners.bind_addresses:
             server = await loop.create_server(
                 functools.partial(ServerConnection, self, bind.listener_name),
@@ -224,7 +274,7 @@ class BrokerService:
         if self.config.metadata_store_url:
             raise BrokerError("The broker is starting", pb.ServiceNotReady)
         url, url_tls = self.lookup_urls(listener_name)
-        return LookupAnswer(False, url, url_tls or "", self.web_service_url, True)
+        return LookupAnswer(False, url, url_tls or "", self.web_service_url, True, self.web_service_url_tls)
 
     def may_write(self) -> bool:
         """Whether this broker may persist now (cluster mode: its ownership lease is surely alive)."""
@@ -473,10 +523,11 @@ class BrokerService:
         await self.change_events.close()
         self.policies.close()
         self.topic_lists.close()
-        for server in self._extra_servers:
+        servers = [*self._extra_servers, *(s for s in (self._server, self._tls_server) if s is not None)]
+        for server in servers:
             server.close()
-        if self._server is not None:
-            self._server.close()
+        if self.tls is not None:
+            await self.tls.close()
         loading = [load for load in self._topics.values() if not load.done()]
         for load in loading:
             load.cancel()
@@ -488,7 +539,7 @@ class BrokerService:
         self._topics.clear()
         for conn in list(self.connections):
             conn.close()
-        for server in [*self._extra_servers, *([self._server] if self._server is not None else [])]:
+        for server in servers:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)
         await self.tasks.close()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from magnetar.broker.listeners import web_address
+
 if TYPE_CHECKING:
     from magnetar.broker.consumer import Consumer
     from magnetar.broker.producer import Producer
@@ -181,7 +183,7 @@ def topic_stats(topic: PersistentTopic) -> dict[str, Any]:
         "nonContiguousDeletedMessagesRanges": 0,
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "topicEpoch": None,
-        "ownerBroker": f"{topic.service.advertised_host}:{topic.service.config.web_service_port}",
+        "ownerBroker": web_address(topic.service.config),
     }
 
 

@@ -7,7 +7,7 @@ import logging
 import os
 
 from magnetar.cli.logs import setup_logging
-from magnetar.cli.node import BrokerNode, config_is_valid, serve_until_signalled
+from magnetar.cli.node import BrokerNode, add_setting_flags, config_is_valid, serve_until_signalled, setting_flags
 from magnetar.cli.process import run_event_loop
 
 log = logging.getLogger("magnetar.broker")
@@ -59,12 +59,14 @@ async def start_cluster_broker(node: BrokerNode) -> None:
         node.on_close(recovery.close)
         service.auto_recovery = recovery
     log.info(
-        "magnetar broker ready: cluster %s, binary protocol on %s:%d, HTTP on %s:%d, metadata %s",
+        "magnetar broker ready: cluster %s, binary protocol on %s port %s (TLS: %s), HTTP port %s (TLS: %s), "
+        "metadata %s",
         config.cluster_name,
         config.bind_address,
         service.port,
-        config.bind_address,
+        service.tls_port,
         config.web_service_port,
+        config.web_service_port_tls,
         config.metadata_store_url,
     )
 
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             "web_service_port": args.http_port,
             "bind_address": args.bind_address,
             "advertised_address": args.advertised_address,
+            **setting_flags(args),
         },
         defaults=CLUSTER_DEFAULTS,
     )
@@ -105,4 +108,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--advertised-address", help="host name clients are told to use (advertisedAddress)")
     p.add_argument("--config", help="a Pulsar-style key=value configuration file (e.g. broker.conf)")
     p.add_argument("--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"))
+    add_setting_flags(p)
     p.set_defaults(run=run)

@@ -6,6 +6,7 @@ with the web service (admin API, lookup, metrics) on top. Components close in re
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -24,15 +25,39 @@ log = logging.getLogger("magnetar.node")
 
 
 def config_is_valid(config: BrokerConfig) -> bool:
-    """Check the settings a broker cannot start with (listeners); logs why and returns False if invalid."""
+    """Check the settings a broker cannot start with (listeners, TLS); logs why and returns False if invalid."""
     from magnetar.broker.listeners import ConfigError, parse_listeners
+    from magnetar.broker.tls import TlsConfigError, TlsSettings, server_context
 
     try:
         parse_listeners(config)
-    except ConfigError as exc:
+        if config.broker_service_port is None and config.broker_service_port_tls is None:
+            raise ConfigError("brokerServicePort and brokerServicePortTls are both empty: no binary listener")
+        if config.web_service_port is None and config.web_service_port_tls is None:
+            raise ConfigError("webServicePort and webServicePortTls are both empty: no HTTP listener")
+        if config.broker_service_port_tls is not None or config.web_service_port_tls is not None:
+            server_context(TlsSettings.of_broker(config))  # the files exist and match
+    except (ConfigError, TlsConfigError) as exc:
         log.error("invalid configuration: %s", exc)
         return False
     return True
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--<settingName> VALUE`` flag per broker setting (Pulsar's camelCase names; an empty value
+    unsets an optional one, e.g. ``--brokerServicePort ''`` for TLS only). They win over the short flags."""
+    from magnetar.broker.config import camel_case, settings
+
+    group = parser.add_argument_group("settings", "any broker setting by its Pulsar name (see the README's table)")
+    for f in settings():
+        flag = f"--{camel_case(f.name)}"
+        group.add_argument(flag, dest=f"setting__{f.name}", metavar="VALUE", help=argparse.SUPPRESS)
+
+
+def setting_flags(args: argparse.Namespace) -> dict[str, str]:
+    """The settings given as ``--<settingName>`` flags (snake_case name -> value)."""
+    prefix = "setting__"
+    return {k[len(prefix) :]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
 
 
 class BrokerNode:
@@ -68,9 +93,20 @@ class BrokerNode:
         self.on_close(service.close)
         self._http = web.AppRunner(build_app(service), access_log=None)
         await self._http.setup()
-        site = web.TCPSite(self._http, config.bind_address, config.web_service_port, reuse_address=True)
-        await site.start()
         self.on_close(self._http.cleanup)
+        if config.web_service_port is not None:
+            site = web.TCPSite(self._http, config.bind_address, config.web_service_port, reuse_address=True)
+            await site.start()
+        if config.web_service_port_tls is not None and service.tls is not None:
+            # The listeners' context follows certificate rotations (broker/tls.py).
+            tls_site = web.TCPSite(
+                self._http,
+                config.bind_address,
+                config.web_service_port_tls,
+                reuse_address=True,
+                ssl_context=service.tls.listener_context,
+            )
+            await tls_site.start()
         return service
 
     async def close(self) -> None:

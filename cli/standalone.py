@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from magnetar.cli.logs import setup_logging
-from magnetar.cli.node import BrokerNode, config_is_valid, serve_until_signalled
+from magnetar.cli.node import BrokerNode, add_setting_flags, config_is_valid, serve_until_signalled, setting_flags
 from magnetar.cli.process import run_event_loop
 
 log = logging.getLogger("magnetar.standalone")
@@ -22,7 +22,12 @@ async def start_standalone(node: BrokerNode) -> None:
     from magnetar.bookie.config import BookieConfig
     from magnetar.bookie.gc import LedgerGarbageCollector
     from magnetar.bookie.local import LocalBookieClient
-    from magnetar.broker.listeners import advertised_host, own_broker_service_url, parse_listeners
+    from magnetar.broker.listeners import (
+        own_broker_service_url,
+        own_broker_service_url_tls,
+        own_web_service_urls,
+        parse_listeners,
+    )
     from magnetar.broker.resources import Resources, initialize_standalone
     from magnetar.ledger.registry import StaticBookieRegistry
     from magnetar.metadata.embedded import EmbeddedMetadataStore
@@ -49,20 +54,24 @@ async def start_standalone(node: BrokerNode) -> None:
     ledger_gc.start()
     node.on_close(ledger_gc.close)
 
-    host = advertised_host(config)
+    listeners = parse_listeners(config)
+    web_url, web_url_tls = own_web_service_urls(config)
     await initialize_standalone(
         Resources(store),
         config.cluster_name,
-        own_broker_service_url(config, parse_listeners(config), config.broker_service_port),
-        f"http://{host}:{config.web_service_port}",
+        own_broker_service_url(config, listeners, config.broker_service_port),
+        web_url,
+        own_broker_service_url_tls(config, listeners, config.broker_service_port_tls),
+        web_url_tls,
     )
     service = await node.start_broker(store, StaticBookieRegistry([LocalBookieClient(bookie)]))
     log.info(
-        "magnetar standalone ready: binary protocol on %s:%d, HTTP on %s:%d, data in %s",
+        "magnetar standalone ready: binary protocol on %s port %s (TLS: %s), HTTP port %s (TLS: %s), data in %s",
         config.bind_address,
         service.port,
-        config.bind_address,
+        service.tls_port,
         config.web_service_port,
+        config.web_service_port_tls,
         data,
     )
 
@@ -79,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
             "web_service_port": args.http_port,
             "bind_address": args.bind_address,
             "advertised_address": args.advertised_address,
+            **setting_flags(args),
         },
     )
     config.data_dir = os.path.abspath(config.data_dir)
@@ -97,4 +107,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--advertised-address", help="host name clients are told to use (advertisedAddress)")
     p.add_argument("--config", help="a Pulsar-style key=value configuration file (e.g. standalone.conf)")
     p.add_argument("--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"))
+    add_setting_flags(p)
     p.set_defaults(run=run)

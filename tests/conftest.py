@@ -33,6 +33,8 @@ class StandaloneProcess:
         self.port = free_port()
         self.http_port = free_port()
         self.extra_config = extra_config or {}
+        #: More command-line arguments (after the usual ones, so ``--<settingName>`` flags win).
+        self.extra_args: list[str] = []
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
 
@@ -64,6 +66,7 @@ class StandaloneProcess:
                 "--bind-address",
                 "127.0.0.1",
                 *(["--advertised-address", self.advertised_address] if self.advertised_address else []),
+                *self.extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -74,13 +77,18 @@ class StandaloneProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"standalone exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(f"{self.http_url}/admin/v2/brokers/health", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
+            if self.healthy():
+                return
+            time.sleep(0.1)
         raise RuntimeError(f"standalone did not become healthy in {timeout}s:\n{self.log()}")
+
+    def healthy(self) -> bool:
+        """Whether the broker answers its health check (a TLS-only broker's subclass asks over HTTPS)."""
+        try:
+            with urllib.request.urlopen(f"{self.http_url}/admin/v2/brokers/health", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def log(self) -> str:
         try:

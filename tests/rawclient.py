@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -14,8 +15,10 @@ T = pb.BaseCommand
 class RawClient:
     """Blocking socket speaking frames; ``recv_command`` returns decoded BaseCommands."""
 
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        #: The socket, TLS-wrapped when ``ssl_context`` is given (a ``pulsar+ssl://`` port).
+        self.sock = ssl_context.wrap_socket(sock, server_hostname="127.0.0.1") if ssl_context else sock
         self._buf = b""
         #: Frames read while waiting for something else, returned first by the ``recv_until*`` helpers.
         self._skipped: list[tuple[T, bytes]] = []

@@ -5,13 +5,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from magnetar.broker.admin.api import Routes, json_response, not_found, service_of
+from magnetar.broker.listeners import web_address
 
 routes = Routes("brokers")
 
 
 def _broker_id(request: web.Request) -> str:
-    service = service_of(request)
-    return f"{service.advertised_host}:{service.config.web_service_port}"
+    return web_address(service_of(request).config)
 
 
 @routes.get("/admin/v2/brokers/health", summary="Broker health check", responses={200: "ok"})
@@ -39,7 +39,8 @@ async def leader(request: web.Request) -> web.Response:
         if info is None:
             raise not_found("No leader broker")
         return json_response({"serviceUrl": info.web_service_url, "brokerId": info.broker_id})
-    return json_response({"serviceUrl": service.web_service_url, "brokerId": _broker_id(request)})
+    url = service.web_service_url or service.web_service_url_tls
+    return json_response({"serviceUrl": url, "brokerId": _broker_id(request)})
 
 
 @routes.get("/admin/v2/brokers/configuration", summary="Names of dynamically updatable settings", responses={200: "[]"})

@@ -23,7 +23,7 @@ from magnetar.broker.admin.api import (
     query_bool,
     service_of,
 )
-from magnetar.broker.admin.redirects import redirect_target
+from magnetar.broker.admin.redirects import pick_web_url, redirect_target
 from magnetar.broker.bundles import Bundle, bundles_of, split_boundaries, topic_hash
 from magnetar.broker.namespace_service import NamespaceService
 from magnetar.broker.policies.documents import BundlesData
@@ -90,7 +90,9 @@ async def _owner_or_redirect(request: web.Request, bundle: Bundle) -> NamespaceS
         return namespaces
     owner = await namespaces.ownership.owner(bundle)
     if owner is not None and owner.broker_id != namespaces.broker_id:
-        raise web.HTTPTemporaryRedirect(redirect_target(request, owner.http_url, False))
+        raise web.HTTPTemporaryRedirect(
+            redirect_target(request, pick_web_url(request, owner.http_url, owner.http_url_tls), False)
+        )
     return None
 
 
@@ -194,7 +196,8 @@ async def owned_namespaces(request: web.Request) -> web.Response:
         info = await namespaces.registry.get(broker)
         if info is None:
             raise not_found(f"Broker {broker} not found")
-        raise web.HTTPTemporaryRedirect(redirect_target(request, info.web_service_url, False))
+        target = pick_web_url(request, info.web_service_url, info.web_service_url_tls)
+        raise web.HTTPTemporaryRedirect(redirect_target(request, target, False))
     status: dict[str, Any] = {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
     return json_response({b.key: status for b in sorted(namespaces.ownership.owned, key=lambda b: b.key)})
 

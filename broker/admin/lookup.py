@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from magnetar.broker.admin.api import RestError, Routes, bad_request, json_response, not_found, service_of
-from magnetar.broker.admin.redirects import redirect_target
+from magnetar.broker.admin.redirects import pick_web_url, redirect_target
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.topic_name import TopicName
 
@@ -36,13 +36,14 @@ async def lookup_topic(request: web.Request) -> web.Response:
             raise bad_request(exc.message) from None  # PIP-95: 400 for a listener name the broker does not have
         raise RestError(503, exc.message) from None
     if answer.redirect:  # as Pulsar: look up again at the chosen broker
-        raise web.HTTPTemporaryRedirect(redirect_target(request, answer.http_url, answer.authoritative))
+        target = pick_web_url(request, answer.http_url, answer.http_url_tls)
+        raise web.HTTPTemporaryRedirect(redirect_target(request, target, answer.authoritative))
     return json_response(
         {
             "brokerUrl": answer.broker_url,
             "brokerUrlTls": answer.broker_url_tls,
             "httpUrl": answer.http_url,
-            "httpUrlTls": "",
+            "httpUrlTls": answer.http_url_tls,
             "nativeUrl": answer.broker_url,
         }
     )

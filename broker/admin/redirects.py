@@ -22,6 +22,14 @@ _TOPIC_PATH = re.compile(r"^/admin/v2/(persistent|non-persistent)/([^/]+)/([^/]+
 _ANY_BROKER = ("/partitions", "/partitioned-stats", "/partitioned-internalStats", "/createMissedPartitions")
 
 
+def pick_web_url(request: web.Request, http_url: str, http_url_tls: str) -> str:
+    """The broker URL a redirect sends ``request`` to: HTTPS when it came over HTTPS (or the broker has
+    no plain HTTP), else HTTP."""
+    if http_url_tls and (request.secure or not http_url):
+        return http_url_tls
+    return http_url or http_url_tls
+
+
 def redirect_target(request: web.Request, http_url: str, authoritative: bool) -> str:
     """The same request on another broker's web service URL."""
     query = dict(request.query)
@@ -45,6 +53,10 @@ async def ownership_redirect(request: web.Request, handler: Handler) -> web.Stre
         answer = await service.lookup(topic, authoritative, "")
     except (BrokerError, ValueError):
         return await handler(request)  # the handler reports the problem (404, 412, ...)
-    if not answer.redirect and answer.http_url == service.web_service_url:
+    if not answer.redirect and (answer.http_url, answer.http_url_tls) == (
+        service.web_service_url,
+        service.web_service_url_tls,
+    ):
         return await handler(request)
-    raise web.HTTPTemporaryRedirect(redirect_target(request, answer.http_url, answer.redirect and answer.authoritative))
+    target = pick_web_url(request, answer.http_url, answer.http_url_tls)
+    raise web.HTTPTemporaryRedirect(redirect_target(request, target, answer.redirect and answer.authoritative))

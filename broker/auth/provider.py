@@ -4,6 +4,10 @@ A provider is Pulsar's ``AuthenticationProvider``: it names its method (``token`
 the ``auth_method_name`` a client sends in CONNECT, the scheme on HTTP) and authenticates one set of
 credentials. Binary connections and HTTP requests build an :class:`AuthenticationData` from what they
 received and keep the resulting :class:`Authenticated` role; nothing else depends on how it was made.
+
+The verified TLS client certificate (``peer_certificate``) of a binary connection is
+``ServerConnection.peer_certificate``, of an HTTPS request ``magnetar.broker.tls.request_peer_certificate(request)``
+(both ``None`` on plaintext or without a client certificate; see broker/tls.py for when one is asked for).
 """
 
 from __future__ import annotations
