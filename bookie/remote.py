@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -238,8 +239,11 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         op_timeout_s: float = 30.0,
         max_pending: int = 8192,
         max_pending_bytes: int = 64 * 1024 * 1024,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
+        #: TLS to the bookie (``None``: plaintext); the bookie's certificate must name its host.
+        self.ssl_context = ssl_context
         #: Unanswered requests / frame bytes on the connection before further requests queue.
         self.max_pending = max_pending
         self.max_pending_bytes = max_pending_bytes
@@ -345,8 +349,11 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         loop = asyncio.get_running_loop()
         try:
             try:
+                tls: dict[str, Any] = {}
+                if self.ssl_context is not None:
+                    tls = {"ssl": self.ssl_context, "server_hostname": self.host}
                 _, conn = await asyncio.wait_for(
-                    loop.create_connection(lambda: _Connection(self), self.host, self.port),
+                    loop.create_connection(lambda: _Connection(self), self.host, self.port, **tls),
                     self.connect_timeout_s,
                 )
             except (OSError, TimeoutError) as e:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from dataclasses import dataclass
 from functools import partial
 
@@ -353,8 +354,11 @@ class BookieServer:
         max_frame: int = p.MAX_FRAME,
         max_read_bytes: int = p.MAX_READ_RESPONSE_BYTES,
         max_concurrent_reads: int = 4,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.bookie = bookie
+        #: TLS on the bookie port (``None``: plaintext); every client must then use TLS.
+        self.ssl_context = ssl_context
         self.host = host
         self.port = port
         self.max_inflight_adds = max_inflight_adds
@@ -372,7 +376,13 @@ class BookieServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: BookieServerProtocol(self), self.host, self.port, reuse_address=True, backlog=256
+            lambda: BookieServerProtocol(self),
+            self.host,
+            self.port,
+            reuse_address=True,
+            backlog=256,
+            ssl=self.ssl_context,
+            ssl_handshake_timeout=10 if self.ssl_context is not None else None,
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]  # resolves port 0

@@ -3,7 +3,8 @@
 Every setting is a typed field of :class:`BrokerConfig` with one default and a description
 (``field(metadata={"doc": ...})``, readable at run time through :func:`settings`). Fields are
 snake_case; each is also known by Pulsar's camelCase name (``max_message_size`` <->
-``maxMessageSize``). Sources, later wins: defaults, a ``key=value`` properties file (Pulsar's
+``maxMessageSize``; a name whose acronym camelCase cannot derive, e.g. ``bookkeeperTLSClientAuthentication``,
+is given with the field: :func:`pulsar_name`). Sources, later wins: defaults, a ``key=value`` properties file (Pulsar's
 ``broker.conf`` / ``standalone.conf`` format), environment variables ``MAGNETAR_<name>`` (either
 spelling), command-line flags.
 
@@ -28,9 +29,11 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def _setting(default: Any, doc: str) -> Any:
-    """A setting's field: its one default and its description (shown in the README table)."""
-    return field(default=default, metadata={"doc": doc})
+def _setting(default: Any, doc: str, pulsar_name: str | None = None) -> Any:
+    """A setting's field: its one default and its description (shown in the README table); ``pulsar_name``
+    when Pulsar's name is not the camelCase of the field's."""
+    metadata = {"doc": doc} if pulsar_name is None else {"doc": doc, "pulsar_name": pulsar_name}
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(slots=True)
@@ -349,6 +352,25 @@ class BrokerConfig:
     tls_ciphers: str = _setting(
         "", "Comma list of TLS 1.2 cipher suites (OpenSSL names) the listeners accept (empty: OpenSSL's defaults)."
     )
+    bookkeeper_tls_client_authentication: bool = _setting(
+        False,
+        "Talk TLS to the bookies (cluster mode; the bookies must serve TLS), verifying them against "
+        "`bookkeeperTLSTrustCertsFilePath` and presenting `bookkeeperTLSCertificateFilePath` when set.",
+        "bookkeeperTLSClientAuthentication",
+    )
+    bookkeeper_tls_trust_certs_file_path: str = _setting(
+        "",
+        "PEM CA certificates the bookies' certificates are verified against (empty: the system's).",
+        "bookkeeperTLSTrustCertsFilePath",
+    )
+    bookkeeper_tls_certificate_file_path: str = _setting(
+        "",
+        "PEM client certificate this broker presents to the bookies (empty: none).",
+        "bookkeeperTLSCertificateFilePath",
+    )
+    bookkeeper_tls_key_file_path: str = _setting(
+        "", "PEM private key of `bookkeeperTLSCertificateFilePath`.", "bookkeeperTLSKeyFilePath"
+    )
     # -- authentication
     authentication_enabled: bool = _setting(False, "Require clients (binary protocol and HTTP) to authenticate.")
     authentication_providers: str = _setting(
@@ -371,20 +393,19 @@ class BrokerConfig:
     def apply(self, values: dict[str, Any]) -> list[str]:
         """Set known settings from ``values`` (either spelling); returns the unknown keys (kept in ``extra``)."""
         unknown = []
-        names = {f.name: f for f in settings()}
+        names = _names()
         for key, raw in values.items():
-            name = snake_case(key)
-            f = names.get(name)
+            f = names.get(key) or names.get(snake_case(key))
             if f is None:
                 self.extra[key] = str(raw)
                 unknown.append(key)
                 continue
-            setattr(self, name, _coerce(f.type, raw, key))
+            setattr(self, f.name, _coerce(f.type, raw, key))
         return unknown
 
     def to_pulsar_dict(self) -> dict[str, Any]:
         """Settings under Pulsar's camelCase names (for the admin API's configuration endpoints)."""
-        out = {camel_case(f.name): getattr(self, f.name) for f in settings()}
+        out = {pulsar_name(f): getattr(self, f.name) for f in settings()}
         out.update(self.extra)
         return out
 
@@ -392,6 +413,20 @@ class BrokerConfig:
 def settings() -> list[dataclasses.Field[Any]]:
     """The settings' fields, in declaration order (each with ``metadata["doc"]``)."""
     return [f for f in dataclasses.fields(BrokerConfig) if not f.metadata.get("internal")]
+
+
+def pulsar_name(f: dataclasses.Field[Any]) -> str:
+    """A setting's Pulsar name: camelCase of the field's, unless the field says otherwise."""
+    return f.metadata.get("pulsar_name") or camel_case(f.name)
+
+
+def _names() -> dict[str, dataclasses.Field[Any]]:
+    """Every spelling a setting is known by: field name, Pulsar name, and the snake_case of the latter."""
+    out: dict[str, dataclasses.Field[Any]] = {}
+    for f in settings():
+        name = pulsar_name(f)
+        out.update({f.name: f, name: f, snake_case(name): f})
+    return out
 
 
 def snake_case(name: str) -> str:
@@ -490,7 +525,7 @@ def _markdown_default(value: Any) -> str:
 def markdown_table() -> str:
     """The README's settings table: one row per setting, from the fields' defaults and descriptions."""
     rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
-    rows += [f"| `{camel_case(f.name)}` | {_markdown_default(f.default)} | {f.metadata['doc']} |" for f in settings()]
+    rows += [f"| `{pulsar_name(f)}` | {_markdown_default(f.default)} | {f.metadata['doc']} |" for f in settings()]
     return "\n".join(rows) + "\n"
 
 

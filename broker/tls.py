@@ -134,6 +134,18 @@ def client_context(
     return ctx
 
 
+def bookie_client_context(config: Any) -> ssl.SSLContext | None:
+    """The ledger client's TLS context to the bookies from the ``bookkeeperTLS*`` settings of a
+    :class:`~magnetar.broker.config.BrokerConfig` (``None``: plaintext, the default)."""
+    if not config.bookkeeper_tls_client_authentication:
+        return None
+    return client_context(
+        config.bookkeeper_tls_trust_certs_file_path,
+        config.bookkeeper_tls_certificate_file_path,
+        config.bookkeeper_tls_key_file_path,
+    )
+
+
 def _digest(files: tuple[str, ...]) -> str:
     """Content digest of the files (blocking); cert-manager swaps a symlink, so the content is what counts."""
     h = hashlib.sha256()

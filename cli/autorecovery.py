@@ -20,6 +20,7 @@ log = logging.getLogger("magnetar.autorecovery")
 
 async def serve(args: argparse.Namespace) -> int:
     """Connect, then run passes until SIGTERM/SIGINT (or one pass with ``--once``)."""
+    from magnetar.broker.tls import bookie_client_context
     from magnetar.ledger.autorecovery import AutoRecovery, AutoRecoveryConfig
     from magnetar.metadata import open_metadata_store
     from magnetar.metadata.api import Notification, NotificationType
@@ -34,7 +35,7 @@ async def serve(args: argparse.Namespace) -> int:
     start = getattr(store, "start", None)
     if start is not None:
         await start()
-    registry = MetadataBookieRegistry(store)
+    registry = MetadataBookieRegistry(store, ssl_context=bookie_client_context(args))
     config = AutoRecoveryConfig(
         check_interval_s=args.interval,
         lost_bookie_grace_s=args.lost_bookie_grace,
@@ -83,6 +84,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=60.0,
         help="seconds before an open ledger whose writer lost a bookie is fenced and closed (60)",
     )
+    # TLS to the bookies, with the broker's setting names (see broker/tls.py).
+    p.add_argument(
+        "--bookkeeperTLSClientAuthentication", dest="bookkeeper_tls_client_authentication", action="store_true",
+        help="talk TLS to the bookies",
+    )  # fmt: skip
+    p.add_argument("--bookkeeperTLSTrustCertsFilePath", dest="bookkeeper_tls_trust_certs_file_path", default="")
+    p.add_argument("--bookkeeperTLSCertificateFilePath", dest="bookkeeper_tls_certificate_file_path", default="")
+    p.add_argument("--bookkeeperTLSKeyFilePath", dest="bookkeeper_tls_key_file_path", default="")
     p.add_argument("--once", action="store_true", help="run one pass, print the status as JSON, exit")
     p.add_argument("--log-level", default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO"))
     p.set_defaults(run=run)

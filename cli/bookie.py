@@ -81,7 +81,19 @@ class BookieNode:
         await bookie.start()
         self._closers.add(bookie.close)
 
-        server = self.server = BookieServer(bookie, a.bind_address, a.port, max_inflight_adds=a.max_inflight_adds)
+        ssl_context = None
+        if a.tls_certificate_path:  # TLS on the bookie port, reloaded as cert-manager rotates the files
+            from magnetar.broker.tls import ReloadingServerContext, TlsSettings
+
+            tls = ReloadingServerContext(
+                TlsSettings(a.tls_certificate_path, a.tls_key_store, a.tls_trust_store, a.tls_client_authentication),
+                a.tls_cert_files_refresh_duration_seconds,
+            )
+            ssl_context = await tls.start()
+            self._closers.add(tls.close)
+        server = self.server = BookieServer(
+            bookie, a.bind_address, a.port, max_inflight_adds=a.max_inflight_adds, ssl_context=ssl_context
+        )
         await server.start()
         self._closers.add(server.close)
 
@@ -271,6 +283,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=10.0,
         help="seconds an add waits for write cache room (BookKeeper dbStorage_maxThrottleTimeMs)",
     )
+    # TLS with BookKeeper's bookie setting names (PEM files; tlsKeyStore is the PEM key, as tlsKeyStoreType=PEM).
+    p.add_argument("--tlsCertificatePath", dest="tls_certificate_path", default="", help="PEM certificate: TLS on")
+    p.add_argument("--tlsKeyStore", dest="tls_key_store", default="", help="PEM private key of the certificate")
+    p.add_argument("--tlsTrustStore", dest="tls_trust_store", default="", help="PEM CAs trusted for client certs")
+    p.add_argument(
+        "--tlsClientAuthentication", dest="tls_client_authentication", action="store_true",
+        help="require a client certificate trusted by --tlsTrustStore",
+    )  # fmt: skip
+    p.add_argument(
+        "--tlsCertFilesRefreshDurationSeconds", dest="tls_cert_files_refresh_duration_seconds", type=float,
+        default=300.0, help="seconds between checks of the TLS files for rotation (0: never)",
+    )  # fmt: skip
     p.add_argument("--gc-wait-time", type=float, default=900.0, help="s between metadata GC scans (gcWaitTime)")
     p.add_argument("--log-level", default=env("MAGNETAR_LOG_LEVEL", "INFO"))
     p.set_defaults(run=run)

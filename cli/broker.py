@@ -28,6 +28,7 @@ class ClusterNotInitializedError(RuntimeError):
 async def start_cluster_broker(node: BrokerNode) -> None:
     """Connect to the metadata store and the registered bookies, then start the broker."""
     from magnetar.broker.resources import Resources
+    from magnetar.broker.tls import bookie_client_context
     from magnetar.ledger.etcd_registry import MetadataBookieRegistry
     from magnetar.metadata import open_metadata_store
 
@@ -41,7 +42,7 @@ async def start_cluster_broker(node: BrokerNode) -> None:
             f"cluster {config.cluster_name!r} is not initialized in {config.metadata_store_url}: "
             "run `magnetar initialize-cluster-metadata` first"
         )
-    registry = MetadataBookieRegistry(store)
+    registry = MetadataBookieRegistry(store, ssl_context=bookie_client_context(config))
     await registry.start()  # closed by the ledger client
     service = await node.start_broker(store, registry)
     if config.auto_recovery_daemon_enabled:

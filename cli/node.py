@@ -46,11 +46,11 @@ def config_is_valid(config: BrokerConfig) -> bool:
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """One ``--<settingName> VALUE`` flag per broker setting (Pulsar's camelCase names; an empty value
     unsets an optional one, e.g. ``--brokerServicePort ''`` for TLS only). They win over the short flags."""
-    from magnetar.broker.config import camel_case, settings
+    from magnetar.broker.config import pulsar_name, settings
 
     group = parser.add_argument_group("settings", "any broker setting by its Pulsar name (see the README's table)")
     for f in settings():
-        flag = f"--{camel_case(f.name)}"
+        flag = f"--{pulsar_name(f)}"
         group.add_argument(flag, dest=f"setting__{f.name}", metavar="VALUE", help=argparse.SUPPRESS)
 
 

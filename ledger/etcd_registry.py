@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import ssl
 from collections.abc import Callable
 
 from magnetar.bookie.api import BookieClient, BookieUnavailableError
@@ -41,6 +42,7 @@ class MetadataBookieRegistry(BookieRegistry):
         add_timeout_s: float = 30.0,
         op_timeout_s: float = 30.0,
         connect_timeout_s: float = 5.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.store = store
         self.refresh_interval_s = refresh_interval_s
@@ -49,6 +51,7 @@ class MetadataBookieRegistry(BookieRegistry):
             add_timeout_s=add_timeout_s,
             op_timeout_s=op_timeout_s,
             connect_timeout_s=connect_timeout_s,
+            ssl_context=ssl_context,  # TLS to every bookie (bookkeeperTLS* settings)
         )
         self._writable: set[str] = set()
         self._readonly: set[str] = set()
