@@ -371,6 +371,12 @@ class BrokerConfig:
     bookkeeper_tls_key_file_path: str = _setting(
         "", "PEM private key of `bookkeeperTLSCertificateFilePath`.", "bookkeeperTLSKeyFilePath"
     )
+    metadata_store_config_path: str = _setting(
+        "",
+        "Pulsar's metadata-store YAML: `useTls: true` with `tlsTrustCertsFilePath`, `tlsCertificateFilePath`, "
+        "`tlsKeyFilePath` connects to etcd with TLS (or give them as `metadataStoreUrl` parameters: "
+        "`etcd://host:2379?tls=true&tlsTrustCertsFilePath=...`).",
+    )
     # -- authentication
     authentication_enabled: bool = _setting(False, "Require clients (binary protocol and HTTP) to authenticate.")
     authentication_providers: str = _setting(

@@ -31,11 +31,13 @@ async def start_cluster_broker(node: BrokerNode) -> None:
     from magnetar.broker.tls import bookie_client_context
     from magnetar.ledger.etcd_registry import MetadataBookieRegistry
     from magnetar.metadata import open_metadata_store
+    from magnetar.metadata.etcd_transport import tls_from_pulsar_config
 
     config = node.config
     if not config.metadata_store_url:
         raise SystemExit("magnetar broker needs --metadata-url etcd://host:port")
-    store = open_metadata_store(config.metadata_store_url)
+    etcd_tls = tls_from_pulsar_config(config.metadata_store_config_path) if config.metadata_store_config_path else None
+    store = open_metadata_store(config.metadata_store_url, **({"tls": etcd_tls} if etcd_tls else {}))
     node.on_close(store.close)
     if await Resources(store).get_cluster(config.cluster_name) is None:
         raise ClusterNotInitializedError(

@@ -17,7 +17,8 @@ def open_metadata_store(url: str, **kwargs: Any) -> MetadataStore:
     ``embedded:///abs/path/metadata.db`` opens (creating) a durable embedded store;
     ``memory:`` an in-memory one (tests); ``etcd://host:port[,host:port...][?prefix=/root&timeout=5]``
     an etcd-backed one (paths stored under ``prefix``, default ``/magnetar``; ``timeout`` bounds each
-    call, in seconds). Extra keyword arguments go to the store's constructor.
+    call, in seconds; ``tls=true`` and ``tlsTrustCertsFilePath``/``tlsCertificateFilePath``/``tlsKeyFilePath``
+    connect with TLS, see metadata/etcd_transport.py). Extra keyword arguments go to the store's constructor.
     The store opens its database on its own worker thread; ``await store.start()`` surfaces errors early.
     """
     from magnetar.metadata.embedded import EmbeddedMetadataStore
@@ -39,6 +40,8 @@ def open_metadata_store(url: str, **kwargs: Any) -> MetadataStore:
         options: dict[str, Any] = {"prefix": spec.prefix}
         if spec.timeout is not None:
             options["op_timeout_seconds"] = spec.timeout
+        if spec.tls is not None:
+            options["tls"] = spec.tls
         options.update(kwargs)
         return EtcdMetadataStore(list(spec.endpoints), **options)
     raise ValueError(f"unsupported metadata store URL {url!r}")

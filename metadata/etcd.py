@@ -91,6 +91,7 @@ from magnetar.metadata.etcd_transport import (
     LIST_PAGE,
     CompactedError,
     EtcdStats,
+    EtcdTls,
     EtcdTransport,
     EtcdUrl,
     SessionExpiredError,
@@ -216,8 +217,9 @@ class EtcdMetadataStore(MetadataStore):
         max_batch_ops: int = MAX_BATCH_OPS,
         max_batch_bytes: int = 1 << 20,
         max_inflight_batches: int = 2,
+        tls: EtcdTls | None = None,
     ) -> None:
-        self._transport = EtcdTransport(endpoints, prefix=prefix, op_timeout_seconds=op_timeout_seconds)
+        self._transport = EtcdTransport(endpoints, prefix=prefix, op_timeout_seconds=op_timeout_seconds, tls=tls)
         if not 1 <= max_batch_ops <= MAX_BATCH_OPS:
             raise ValueError(f"max_batch_ops must be within 1..{MAX_BATCH_OPS}")
         #: The endpoints as ``(host, port)`` pairs.
@@ -657,6 +659,7 @@ __all__ = [
     "EtcdMetadataStore",
     "EtcdSession",
     "EtcdStats",
+    "EtcdTls",
     "EtcdUrl",
     "SessionExpiredError",
     "parse_etcd_url",

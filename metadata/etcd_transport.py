@@ -11,6 +11,12 @@ Failures
     capped at 1 s). With several endpoints, an unavailable error moves the client to the next one
     (and restarts the watch stream on it).
 
+TLS
+    :class:`EtcdTls` (``etcd://...?tls=true&tlsTrustCertsFilePath=...``, or Pulsar's
+    ``metadataStoreConfigPath`` YAML: :func:`tls_from_pulsar_config`) makes the channel a TLS one: etcd's
+    certificate verified against the trust file (else the system's CAs), and a client certificate for
+    etcd's ``--client-cert-auth``. The files are read on each (re)connect, so rotated files are picked up.
+
 The channel is bound to the event loop of the first call: use a store from one loop only.
 """
 
@@ -21,6 +27,7 @@ import ipaddress
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
@@ -65,12 +72,58 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 
 
 @dataclass(frozen=True, slots=True)
+class EtcdTls:
+    """TLS to etcd (Pulsar's metadata-store names): CA file, and a client certificate and key for mTLS."""
+
+    trust_certs_file: str = ""
+    certificate_file: str = ""
+    key_file: str = ""
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials from the files (read now: small files, read once per connect)."""
+
+        def read(name: str) -> bytes | None:
+            return Path(name).read_bytes() if name else None
+
+        try:
+            return grpc.ssl_channel_credentials(
+                root_certificates=read(self.trust_certs_file),
+                private_key=read(self.key_file),
+                certificate_chain=read(self.certificate_file),
+            )
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot read the etcd TLS files: {exc}") from exc
+
+
+#: URL query parameters of :class:`EtcdTls` (Pulsar's metadata-store setting names).
+_TLS_PARAMS = {
+    "tlsTrustCertsFilePath": "trust_certs_file",
+    "tlsCertificateFilePath": "certificate_file",
+    "tlsKeyFilePath": "key_file",
+}
+
+
+def tls_from_pulsar_config(path: str) -> EtcdTls | None:
+    """TLS settings from Pulsar's ``metadataStoreConfigPath`` YAML (``useTls``, ``tlsTrustCertsFilePath``,
+    ``tlsCertificateFilePath``, ``tlsKeyFilePath``); ``None`` when ``useTls`` is not true."""
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a YAML mapping")
+    if str(data.get("useTls", "false")).lower() != "true":
+        return None
+    return EtcdTls(**{attr: str(data.get(name) or "") for name, attr in _TLS_PARAMS.items()})
+
+
+@dataclass(frozen=True, slots=True)
 class EtcdUrl:
-    """A parsed ``etcd://host:port[,host:port][?prefix=/root&timeout=5]``."""
+    """A parsed ``etcd://host:port[,host:port][?prefix=/root&timeout=5&tls=true&tlsTrustCertsFilePath=...]``."""
 
     endpoints: tuple[tuple[str, int], ...]
     prefix: str = DEFAULT_PREFIX
     timeout: float | None = None
+    tls: EtcdTls | None = None
 
 
 def parse_etcd_url(url: str) -> EtcdUrl:
@@ -84,8 +137,16 @@ def parse_etcd_url(url: str) -> EtcdUrl:
     if not endpoints:
         raise ValueError(f"etcd URL needs at least one host:port: {url!r}")
     prefix, timeout = DEFAULT_PREFIX, None
+    use_tls: bool | None = None
+    tls_files: dict[str, str] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)):
-        if name == "prefix":
+        if name == "tls":
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"tls must be true or false in {url!r}")
+            use_tls = value.lower() == "true"
+        elif name in _TLS_PARAMS:
+            tls_files[_TLS_PARAMS[name]] = value
+        elif name == "prefix":
             prefix = value
         elif name == "timeout":
             try:
@@ -96,7 +157,9 @@ def parse_etcd_url(url: str) -> EtcdUrl:
                 raise ValueError(f"timeout must be positive in {url!r}")
         else:
             raise ValueError(f"unknown etcd URL parameter {name!r} in {url!r}")
-    return EtcdUrl(endpoints, normalize_prefix(prefix), timeout)
+    # A TLS file implies TLS unless tls=false says otherwise.
+    tls = EtcdTls(**tls_files) if (use_tls if use_tls is not None else bool(tls_files)) else None
+    return EtcdUrl(endpoints, normalize_prefix(prefix), timeout, tls)
 
 
 def _parse_endpoint(text: str, url: str) -> tuple[str, int]:
@@ -214,7 +277,10 @@ class EtcdTransport:
         *,
         prefix: str = DEFAULT_PREFIX,
         op_timeout_seconds: float = 5.0,
+        tls: EtcdTls | None = None,
     ) -> None:
+        #: TLS to etcd (``None``: plaintext).
+        self.tls = tls
         if isinstance(endpoints, str):
             endpoints = [e for e in endpoints.split(",") if e.strip()]
         self.endpoints: list[tuple[str, int]] = [
@@ -296,7 +362,10 @@ class EtcdTransport:
         if self._conn is None:
             host, port = self.endpoints[self._endpoint_index]
             target = _target(host, port)
-            channel = rpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            if self.tls is not None:
+                channel = rpc.secure_channel(target, self.tls.credentials(), options=_CHANNEL_OPTIONS)
+            else:
+                channel = rpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
             self._conn = Stubs(channel, rpc.KVStub(channel), rpc.WatchStub(channel), rpc.LeaseStub(channel), target)
         return self._conn
 

