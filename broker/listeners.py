@@ -4,8 +4,9 @@ A listener is a named route to this broker: ``internal:pulsar://broker-0.svc:665
 Clients pick one with ``listener_name`` (LOOKUP's ``advertised_listener_name``, HTTP lookup's ``listenerName``
 query parameter or ``X-Pulsar-ListenerName`` header) and are given that listener's URLs. The internal listener
 (``internalListenerName``, by default the first one) gives the broker's own URLs. ``bindAddresses``
-(``name:pulsar://host:port,...``, PIP-95) opens extra sockets whose connections use that listener when a lookup
-names none. Validation follows Pulsar's ``MultipleListenerValidator``; errors are :class:`ConfigError`.
+(``name:pulsar://host:port,...``, PIP-95; ``pulsar+ssl://`` for a TLS socket with the broker's certificate) opens
+extra sockets whose connections use that listener when a lookup names none. Validation follows Pulsar's
+``MultipleListenerValidator``; errors are :class:`ConfigError`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class BindAddress:
     listener_name: str
     host: str
     port: int
+    #: A ``pulsar+ssl://`` socket (TLS with the broker's certificate).
+    tls: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,15 @@ def parse_listeners(config: BrokerConfig) -> Listeners:
                 f"the `advertisedListeners` configure do not contain `internalListenerName` entry ({internal!r})"
             )
     return Listeners(advertised, internal, _parse_bind_addresses(config, advertised))
+
+
+def uses_tls(config: BrokerConfig) -> bool:
+    """Whether any listener of the broker is TLS (then its certificate settings are needed)."""
+    return (
+        config.broker_service_port_tls is not None
+        or config.web_service_port_tls is not None
+        or any(b.tls for b in parse_listeners(config).bind_addresses)
+    )
 
 
 def advertised_host(config: BrokerConfig) -> str:
@@ -162,13 +174,13 @@ def _parse_bind_addresses(config: BrokerConfig, advertised: dict[str, Advertised
                 f"the configure entry `bindAddresses` is invalid: {entry} does not contain a listener name"
             )
         scheme, host, port = _split_url(url.strip(), "bindAddresses")
-        if scheme != "pulsar":
+        if scheme not in ("pulsar", "pulsar+ssl"):
             raise ConfigError(
-                f"the value {url} in the `bindAddresses` configure is invalid: only pulsar:// is supported"
+                f"the value {url} in the `bindAddresses` configure is invalid: the scheme must be pulsar or pulsar+ssl"
             )
         if name.strip() not in advertised:
             raise ConfigError(f"the `bindAddresses` entry {entry} names a listener that `advertisedListeners` lacks")
-        out.append(BindAddress(name.strip(), host, port))
+        out.append(BindAddress(name.strip(), host, port, scheme == "pulsar+ssl"))
     return tuple(out)
 
 

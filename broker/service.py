@@ -29,6 +29,7 @@ from magnetar.broker.listeners import (
     own_broker_service_url_tls,
     own_web_service_urls,
     parse_listeners,
+    uses_tls,
 )
 from magnetar.broker.namespace_service import LookupAnswer, NamespaceService
 from magnetar.broker.nonpersistent import NonPersistentTopic
@@ -86,7 +87,7 @@ class BrokerService:
         self._tls_server: asyncio.base_events.Server | None = None  # brokerServicePortTls
         #: The TLS listeners' certificate (binary and HTTPS), reloaded as its files rotate; ``None``: no TLS port.
         self.tls: ReloadingServerContext | None = None
-        if config.broker_service_port_tls is not None or config.web_service_port_tls is not None:
+        if uses_tls(config):
             self.tls = ReloadingServerContext(TlsSettings.of_broker(config), config.tls_cert_refresh_check_duration_sec)
         self._extra_servers: list[asyncio.base_events.Server] = []  # bindAddresses
         self._producer_seq = itertools.count()
@@ -186,6 +187,7 @@ class BrokerService:
                 bind.port,
                 reuse_address=True,
                 backlog=1024,
+                ssl=self.tls.listener_context if bind.tls and self.tls is not None else None,
             )
             self._extra_servers.append(server)
             log.info("broker listening on %s:%d for listener %s", bind.host, bind.port, bind.listener_name)

@@ -26,7 +26,7 @@ log = logging.getLogger("magnetar.node")
 
 def config_is_valid(config: BrokerConfig) -> bool:
     """Check the settings a broker cannot start with (listeners, TLS); logs why and returns False if invalid."""
-    from magnetar.broker.listeners import ConfigError, parse_listeners
+    from magnetar.broker.listeners import ConfigError, parse_listeners, uses_tls
     from magnetar.broker.tls import TlsConfigError, TlsSettings, server_context
 
     try:
@@ -35,7 +35,7 @@ def config_is_valid(config: BrokerConfig) -> bool:
             raise ConfigError("brokerServicePort and brokerServicePortTls are both empty: no binary listener")
         if config.web_service_port is None and config.web_service_port_tls is None:
             raise ConfigError("webServicePort and webServicePortTls are both empty: no HTTP listener")
-        if config.broker_service_port_tls is not None or config.web_service_port_tls is not None:
+        if uses_tls(config):
             server_context(TlsSettings.of_broker(config))  # the files exist and match
     except (ConfigError, TlsConfigError) as exc:
         log.error("invalid configuration: %s", exc)

@@ -29,8 +29,16 @@ T = pb.BaseCommand
 class TlsStandalone(StandaloneProcess):
     """A standalone with TLS listeners (``tls_only``: the plaintext ones turned off by flags)."""
 
-    def __init__(self, data_dir: Path, pki: Pki, *, tls_only: bool = False, **settings: str) -> None:
-        super().__init__(data_dir)
+    def __init__(
+        self,
+        data_dir: Path,
+        pki: Pki,
+        *,
+        tls_only: bool = False,
+        advertised_address: str | None = "127.0.0.1",
+        **settings: str,
+    ) -> None:
+        super().__init__(data_dir, advertised_address=advertised_address)
         self.pki = pki
         self.tls_port = free_port()
         self.https_port = free_port()
@@ -246,6 +254,54 @@ def test_rotated_certificate_reaches_new_connections(tls_only: TlsStandalone, to
         assert [consumer.receive(10_000).data() for _ in range(2)] == [b"before", b"after"]
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------------------------------------- listeners
+
+
+def _lookup(port: int, ctx: ssl.SSLContext, topic: str, listener: str | None) -> pb.CommandLookupTopicResponse:
+    raw = RawClient(port, ssl_context=ctx)
+    try:
+        raw.connect()
+        cmd = T(type=T.LOOKUP)
+        cmd.lookupTopic.topic, cmd.lookupTopic.request_id = topic, 1
+        if listener is not None:
+            cmd.lookupTopic.advertised_listener_name = listener
+        raw.send(cmd)
+        return raw.recv_until(T.LOOKUP_RESPONSE).lookupTopicResponse
+    finally:
+        raw.close()
+
+
+def test_tls_advertised_listeners_and_bind_addresses(pki: Pki, tmp_path: Path, topic_name: str) -> None:
+    """``pulsar+ssl://`` in advertisedListeners answers lookups; a ``pulsar+ssl://`` bindAddresses socket
+    serves TLS and defaults its lookups to its listener."""
+    node = TlsStandalone(tmp_path / "data", pki, advertised_address=None)
+    external = free_port()
+    node.extra_args += [
+        "--advertisedListeners",
+        f"internal:pulsar://127.0.0.1:{node.port},internal:pulsar+ssl://127.0.0.1:{node.tls_port},"
+        f"external:pulsar+ssl://127.0.0.1:{external}",
+        "--internalListenerName", "internal",
+        "--bindAddresses", f"external:pulsar+ssl://127.0.0.1:{external}",
+    ]  # fmt: skip
+    node.start()
+    try:
+        ctx = node.client_context(with_cert=False)
+        internal = _lookup(node.tls_port, ctx, topic_name, None)
+        assert (internal.brokerServiceUrl, internal.brokerServiceUrlTls) == (node.service_url, node.tls_url)
+        for answer in (_lookup(node.tls_port, ctx, topic_name, "external"), _lookup(external, ctx, topic_name, None)):
+            assert not answer.HasField("brokerServiceUrl")
+            assert answer.brokerServiceUrlTls == f"pulsar+ssl://127.0.0.1:{external}"
+        client = pulsar.Client(
+            f"pulsar+ssl://127.0.0.1:{external}",
+            tls_trust_certs_file_path=str(pki.ca_cert),
+            listener_name="external",
+            operation_timeout_seconds=15,
+        )
+        _round_trip(client, topic_name)
+    finally:
+        assert node.stop() == 0, node.log()
 
 
 # ---------------------------------------------------------------------------------------------- configuration
