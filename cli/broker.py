@@ -7,7 +7,14 @@ import logging
 import os
 
 from magnetar.cli.logs import setup_logging
-from magnetar.cli.node import BrokerNode, add_setting_flags, config_is_valid, serve_until_signalled, setting_flags
+from magnetar.cli.node import (
+    BrokerNode,
+    add_setting_flags,
+    config_is_valid,
+    or_off,
+    serve_until_signalled,
+    setting_flags,
+)
 from magnetar.cli.process import run_event_loop
 
 log = logging.getLogger("magnetar.broker")
@@ -62,14 +69,14 @@ async def start_cluster_broker(node: BrokerNode) -> None:
         node.on_close(recovery.close)
         service.auto_recovery = recovery
     log.info(
-        "magnetar broker ready: cluster %s, binary protocol on %s port %s (TLS: %s), HTTP port %s (TLS: %s), "
+        "magnetar broker ready: cluster %s, binary protocol on %s port %s (TLS: %s), HTTP port %s (HTTPS: %s), "
         "metadata %s",
         config.cluster_name,
         config.bind_address,
-        service.port,
-        service.tls_port,
-        config.web_service_port,
-        config.web_service_port_tls,
+        or_off(service.port),
+        or_off(service.tls_port),
+        or_off(config.web_service_port),
+        or_off(config.web_service_port_tls),
         config.metadata_store_url,
     )
 

@@ -43,6 +43,11 @@ def config_is_valid(config: BrokerConfig) -> bool:
     return True
 
 
+def or_off(port: int | None) -> int | str:
+    """A port for the start-up log line ("off": that listener is not open)."""
+    return "off" if port is None else port
+
+
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """One ``--<settingName> VALUE`` flag per broker setting (Pulsar's camelCase names; an empty value
     unsets an optional one, e.g. ``--brokerServicePort ''`` for TLS only). They win over the short flags."""

@@ -9,7 +9,14 @@ import os
 from pathlib import Path
 
 from magnetar.cli.logs import setup_logging
-from magnetar.cli.node import BrokerNode, add_setting_flags, config_is_valid, serve_until_signalled, setting_flags
+from magnetar.cli.node import (
+    BrokerNode,
+    add_setting_flags,
+    config_is_valid,
+    or_off,
+    serve_until_signalled,
+    setting_flags,
+)
 from magnetar.cli.process import run_event_loop
 
 log = logging.getLogger("magnetar.standalone")
@@ -66,12 +73,12 @@ async def start_standalone(node: BrokerNode) -> None:
     )
     service = await node.start_broker(store, StaticBookieRegistry([LocalBookieClient(bookie)]))
     log.info(
-        "magnetar standalone ready: binary protocol on %s port %s (TLS: %s), HTTP port %s (TLS: %s), data in %s",
+        "magnetar standalone ready: binary protocol on %s port %s (TLS: %s), HTTP port %s (HTTPS: %s), data in %s",
         config.bind_address,
-        service.port,
-        service.tls_port,
-        config.web_service_port,
-        config.web_service_port_tls,
+        or_off(service.port),
+        or_off(service.tls_port),
+        or_off(config.web_service_port),
+        or_off(config.web_service_port_tls),
         data,
     )
 
