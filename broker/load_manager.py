@@ -15,6 +15,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from magnetar.broker.broker_registry import BrokerInfo
+from magnetar.broker.tls import broker_web_target
 
 if TYPE_CHECKING:
     from magnetar.broker.namespace_service import NamespaceService
@@ -76,8 +77,9 @@ class LoadManager:
         import aiohttp
 
         namespace, _, bundle_range = bundle_key.rpartition("/")
-        url = f"{broker.web_service_url}/admin/v2/namespaces/{namespace}/{bundle_range}/unload"
+        base, tls = await broker_web_target(self.config, broker.web_service_url, broker.web_service_url_tls)
+        url = f"{base}/admin/v2/namespaces/{namespace}/{bundle_range}/unload"
         timeout = aiohttp.ClientTimeout(total=30)
-        async with aiohttp.ClientSession(timeout=timeout) as http, http.put(url) as resp:
+        async with aiohttp.ClientSession(timeout=timeout) as http, http.put(url, ssl=tls or True) as resp:
             if resp.status >= 300:
                 log.warning("unloading %s on %s failed: HTTP %d", bundle_key, broker.broker_id, resp.status)

@@ -146,6 +146,15 @@ def bookie_client_context(config: Any) -> ssl.SSLContext | None:
     )
 
 
+async def broker_web_target(config: Any, http_url: str, http_url_tls: str) -> tuple[str, ssl.SSLContext | None]:
+    """Where this broker calls another broker's web service (bundle unloads): its plain HTTP URL when it has
+    one, else its HTTPS URL verified against ``tlsTrustCertsFilePath`` (the CA of the cluster's brokers)."""
+    if http_url or not http_url_tls:
+        return http_url, None
+    trust = config.tls_trust_certs_file_path
+    return http_url_tls, await asyncio.to_thread(client_context, trust)
+
+
 def _digest(files: tuple[str, ...]) -> str:
     """Content digest of the files (blocking); cert-manager swaps a symlink, so the content is what counts."""
     h = hashlib.sha256()

@@ -27,6 +27,7 @@ from magnetar.broker.admin.redirects import pick_web_url, redirect_target
 from magnetar.broker.bundles import Bundle, bundles_of, split_boundaries, topic_hash
 from magnetar.broker.namespace_service import NamespaceService
 from magnetar.broker.policies.documents import BundlesData
+from magnetar.broker.tls import broker_web_target
 
 routes = Routes("bundles")
 _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
@@ -169,8 +170,9 @@ async def unload_namespace(request: web.Request) -> web.Response:
             if owner.broker_id == namespaces.broker_id:
                 await namespaces.unload_bundle(bundle)
                 continue
-            url = f"{owner.http_url}/admin/v2/namespaces/{ns}/{bundle_range}/unload"
-            async with http.put(url, allow_redirects=False) as resp:
+            base, tls = await broker_web_target(service.config, owner.http_url, owner.http_url_tls)
+            url = f"{base}/admin/v2/namespaces/{ns}/{bundle_range}/unload"
+            async with http.put(url, allow_redirects=False, ssl=tls or True) as resp:
                 if resp.status >= 300:
                     raise precondition_failed(f"Unloading {bundle.key} on {owner.broker_id} failed: HTTP {resp.status}")
     return no_content()

@@ -116,3 +116,15 @@ async def test_refresh_task_is_cancelled_on_close(pki: Pki) -> None:
     assert "tls certificate refresh" in names
     await reloading.close()
     assert "tls certificate refresh" not in {t.get_name() for t in asyncio.all_tasks() if not t.done()}
+
+
+async def test_broker_to_broker_calls_use_https_only_without_http(pki: Pki) -> None:
+    from magnetar.broker.config import BrokerConfig
+    from magnetar.broker.tls import broker_web_target
+
+    config = BrokerConfig()
+    config.tls_trust_certs_file_path = str(pki.ca_cert)
+    assert await broker_web_target(config, "http://b:8080", "https://b:8443") == ("http://b:8080", None)
+    url, ctx = await broker_web_target(config, "", "https://b:8443")
+    assert url == "https://b:8443" and ctx is not None and ctx.verify_mode == ssl.CERT_REQUIRED
+    assert ctx.get_ca_certs()[0]["subject"] == ((("commonName", "magnetar-test-ca"),),)
