@@ -11,8 +11,16 @@ from magnetar.cli.logs import setup_logging
 log = logging.getLogger("magnetar.initialize")
 
 
-async def initialize(metadata_url: str, cluster: str, web_service_url: str, broker_service_url: str) -> bool:
-    """Cluster record, tenant ``public``, namespace ``public/default`` and the ledgers root.
+async def initialize(
+    metadata_url: str,
+    cluster: str,
+    web_service_url: str,
+    broker_service_url: str,
+    web_service_url_tls: str = "",
+    broker_service_url_tls: str = "",
+) -> bool:
+    """Cluster record, tenant ``public``, namespace ``public/default`` and the ledgers root (a cluster
+    served over TLS only may give just the TLS URLs).
 
     Returns whether anything was created; running it again changes nothing.
     """
@@ -23,9 +31,13 @@ async def initialize(metadata_url: str, cluster: str, web_service_url: str, brok
     store = open_metadata_store(metadata_url)
     try:
         resources = Resources(store)
-        created = await resources.create_cluster(
-            cluster, {"serviceUrl": web_service_url, "brokerServiceUrl": broker_service_url}
-        )
+        urls = {
+            "serviceUrl": web_service_url,
+            "serviceUrlTls": web_service_url_tls,
+            "brokerServiceUrl": broker_service_url,
+            "brokerServiceUrlTls": broker_service_url_tls,
+        }
+        created = await resources.create_cluster(cluster, {k: v for k, v in urls.items() if v})
         created |= await resources.create_tenant("public", {"adminRoles": [], "allowedClusters": [cluster]})
         created |= await resources.create_namespace("public/default", default_policies(cluster))
         try:
@@ -40,7 +52,21 @@ async def initialize(metadata_url: str, cluster: str, web_service_url: str, brok
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
-    created = asyncio.run(initialize(args.metadata_url, args.cluster, args.web_service_url, args.broker_service_url))
+    if not (args.web_service_url or args.web_service_url_tls) or not (
+        args.broker_service_url or args.broker_service_url_tls
+    ):
+        log.error("give --web-service-url and/or --web-service-url-tls, --broker-service-url and/or ...-tls")
+        return 2
+    created = asyncio.run(
+        initialize(
+            args.metadata_url,
+            args.cluster,
+            args.web_service_url or "",
+            args.broker_service_url or "",
+            args.web_service_url_tls or "",
+            args.broker_service_url_tls or "",
+        )
+    )
     log.info(
         "cluster %s %s in %s", args.cluster, "initialized" if created else "was already initialized", args.metadata_url
     )
@@ -51,7 +77,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("initialize-cluster-metadata", help="create a cluster's metadata (idempotent)")
     p.add_argument("--cluster", required=True, help="cluster name")
     p.add_argument("--metadata-url", required=True, help="etcd://host:port[,host:port]")
-    p.add_argument("--web-service-url", required=True, help="e.g. http://broker.example:8080")
-    p.add_argument("--broker-service-url", required=True, help="e.g. pulsar://broker.example:6650")
+    p.add_argument("--web-service-url", help="e.g. http://broker.example:8080")
+    p.add_argument("--web-service-url-tls", help="e.g. https://broker.example:8443")
+    p.add_argument("--broker-service-url", help="e.g. pulsar://broker.example:6650")
+    p.add_argument("--broker-service-url-tls", help="e.g. pulsar+ssl://broker.example:6651")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(run=run)

@@ -317,3 +317,24 @@ def test_tls_port_without_certificate_refuses_to_start(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert "invalid configuration" in proc.stderr + proc.stdout
+
+
+def test_initialize_cluster_metadata_with_tls_urls_only(tmp_path: Path) -> None:
+    """A TLS-only cluster is initialized with its TLS URLs alone (Pulsar's --web-service-url-tls, ...)."""
+    import asyncio
+
+    from magnetar.broker.resources import Resources
+    from magnetar.cli.initialize import initialize
+    from magnetar.metadata import open_metadata_store
+
+    url = f"embedded://{tmp_path / 'metadata.db'}"
+    assert asyncio.run(initialize(url, "c1", "", "", "https://b:8443", "pulsar+ssl://b:6651"))
+
+    async def read() -> dict[str, object] | None:
+        store = open_metadata_store(url)
+        try:
+            return await Resources(store).get_cluster("c1")
+        finally:
+            await store.close()
+
+    assert asyncio.run(read()) == {"serviceUrlTls": "https://b:8443", "brokerServiceUrlTls": "pulsar+ssl://b:6651"}
