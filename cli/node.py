@@ -53,7 +53,9 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     unsets an optional one, e.g. ``--brokerServicePort ''`` for TLS only). They win over the short flags."""
     from magnetar.broker.config import pulsar_name, settings
 
-    group = parser.add_argument_group("settings", "any broker setting by its Pulsar name (see the README's table)")
+    group = parser.add_argument_group(
+        "settings", "--<settingName> VALUE for any setting of the README table, e.g. --brokerServicePortTls 6651"
+    )
     for f in settings():
         flag = f"--{pulsar_name(f)}"
         group.add_argument(flag, dest=f"setting__{f.name}", metavar="VALUE", help=argparse.SUPPRESS)
