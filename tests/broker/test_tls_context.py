@@ -128,3 +128,33 @@ async def test_broker_to_broker_calls_use_https_only_without_http(pki: Pki) -> N
     url, ctx = await broker_web_target(config, "", "https://b:8443")
     assert url == "https://b:8443" and ctx is not None and ctx.verify_mode == ssl.CERT_REQUIRED
     assert ctx.get_ca_certs()[0]["subject"] == ((("commonName", "magnetar-test-ca"),),)
+
+
+async def test_https_request_sees_the_client_certificate(pki: Pki) -> None:
+    """The admin API's side: an aiohttp handler reads the verified client certificate of its request."""
+    import aiohttp
+    from aiohttp import web
+
+    from magnetar.broker.tls import request_peer_certificate
+
+    async def whoami(request: web.Request) -> web.Response:
+        cert = request_peer_certificate(request)
+        subject = dict(x[0] for x in cert["subject"]) if cert else {}
+        return web.Response(text=subject.get("commonName", "-"))
+
+    app = web.Application()
+    app.router.add_get("/whoami", whoami)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(_settings(pki)))
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            with_cert = client_context(str(pki.ca_cert), str(pki.client.cert), str(pki.client.key))
+            async with http.get(f"https://127.0.0.1:{port}/whoami", ssl=with_cert) as resp:
+                assert await resp.text() == "alice"
+            async with http.get(f"https://127.0.0.1:{port}/whoami", ssl=client_context(str(pki.ca_cert))) as resp:
+                assert await resp.text() == "-"
+    finally:
+        await runner.cleanup()
