@@ -350,7 +350,9 @@ class BrokerConfig:
         "", "Comma list of TLS versions the listeners accept, e.g. `TLSv1.3,TLSv1.2` (empty: TLSv1.2 and later)."
     )
     tls_ciphers: str = _setting(
-        "", "Comma list of TLS 1.2 cipher suites (OpenSSL names) the listeners accept (empty: OpenSSL's defaults)."
+        "",
+        "Comma list of TLS 1.2 cipher suites the listeners accept, by standard (Java) or OpenSSL names "
+        "(empty: OpenSSL's defaults; TLS 1.3 suites cannot be restricted).",
     )
     bookkeeper_tls_client_authentication: bool = _setting(
         False,

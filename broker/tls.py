@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -85,10 +86,57 @@ def _restrict(ctx: ssl.SSLContext, protocols: str, ciphers: str) -> None:
         ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
     suites = [c.strip() for c in ciphers.split(",") if c.strip()]
     if suites:
+        names = _openssl_cipher_names(suites)
         try:
-            ctx.set_ciphers(":".join(suites))
+            if names:
+                ctx.set_ciphers(":".join(names))
         except ssl.SSLError:
-            raise TlsConfigError(f"no usable cipher in tlsCiphers {ciphers!r} (OpenSSL names)") from None
+            raise TlsConfigError(f"no usable cipher in tlsCiphers {ciphers!r}") from None
+        if not names and any("_WITH_" in s for s in suites):
+            raise TlsConfigError(f"no usable cipher in tlsCiphers {ciphers!r}")
+
+
+#: A TLS 1.2 suite's standard (IANA, Java) name: ``TLS_<kx>[_<auth>]_WITH_<cipher>_<mac>``.
+_IANA_SUITE = re.compile(
+    r"TLS_(?P<kx>[A-Z]+?)(?:_(?P<auth>RSA|ECDSA|DSS|anon))?_WITH_(?P<cipher>\w+?)_(?P<mac>SHA\d*|MD5)"
+)
+
+
+def _openssl_cipher_names(suites: list[str]) -> list[str]:
+    """OpenSSL names for ``tlsCiphers``: OpenSSL names pass through; standard names as Pulsar (Java) takes
+    them are matched to OpenSSL's suites by key exchange, authentication, cipher and MAC. TLS 1.3 suites
+    (``TLS_AES_128_GCM_SHA256``, ...) cannot be restricted here and are left to OpenSSL's defaults."""
+    everything = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    everything.set_ciphers("ALL:@SECLEVEL=0")
+    known = [c for c in everything.get_ciphers() if c["protocol"] != "TLSv1.3"]
+    out: list[str] = []
+    for suite in suites:
+        m = _IANA_SUITE.fullmatch(suite)
+        if m is None:
+            if "_" in suite:
+                log.warning("tlsCiphers: %s applies to TLS 1.3, whose suites cannot be restricted; ignored", suite)
+            else:
+                out.append(suite)  # an OpenSSL name
+            continue
+        kx = m["kx"].lower()
+        auth = (m["auth"] or ("rsa" if kx == "rsa" else "")).lower().replace("anon", "null")
+        cipher = m["cipher"].lower().replace("_", "-")
+        ccm8 = cipher.endswith("-8")
+        symmetric = cipher.removesuffix("-8")
+        digest = {"sha": "sha1"}.get(m["mac"].lower(), m["mac"].lower())
+        found = [
+            c["name"]
+            for c in known
+            if c["kea"] == f"kx-{kx}"
+            and c["auth"] == f"auth-{auth}"
+            and c["symmetric"] == symmetric
+            and (c["aead"] or c["digest"] == digest)
+            and c["name"].endswith("CCM8") == ccm8
+        ]
+        if not found:
+            log.warning("tlsCiphers: OpenSSL has no cipher suite %s; ignored", suite)
+        out += found
+    return out
 
 
 def server_context(settings: TlsSettings) -> ssl.SSLContext:

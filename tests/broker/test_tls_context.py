@@ -84,6 +84,16 @@ async def test_protocols_and_ciphers_are_honoured(pki: Pki) -> None:
     cipher = "ECDHE-ECDSA-AES128-GCM-SHA256"
     ctx = server_context(_settings(pki, protocols="TLSv1.2", ciphers=cipher))
     assert [c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.2"] == [cipher]
+    # Pulsar's (Java's) standard names are mapped to OpenSSL's.
+    java = server_context(
+        _settings(pki, ciphers="TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_RSA_WITH_AES_128_CBC_SHA")
+    )
+    assert {c["name"] for c in java.get_ciphers() if c["protocol"] != "TLSv1.3"} == {
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "AES128-SHA",
+    }
+    with pytest.raises(TlsConfigError):
+        server_context(_settings(pki, ciphers="TLS_NOSUCH_RSA_WITH_AES_256_GCM_SHA384"))
     with pytest.raises(TlsConfigError):
         server_context(_settings(pki, protocols="SSLv3"))
     with pytest.raises(TlsConfigError):
