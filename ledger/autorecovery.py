@@ -41,11 +41,12 @@ from magnetar.metadata.api import NOT_EXISTS, BadVersionError, MetadataError, Me
 
 from . import digest
 from .api import LedgerError, NoSuchLedgerError
+from .context import LedgerClientConfig, LedgerContext
 from .errors import MetadataVersionConflictError
-from .handles import EntryReader, LedgerClientConfig, LedgerContext
 from .ledger_manager import LedgerManager
 from .metadata import LedgerMetadata, LedgerState
 from .placement import EnsemblePlacement
+from .reads import EntryReader
 from .recovery import recover_ledger
 from .registry import BookieRegistry
 

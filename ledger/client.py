@@ -10,18 +10,13 @@ from magnetar.bookie.api import BookieError
 from magnetar.metadata.api import MetadataStore
 
 from .api import LedgerClient, LedgerConfig, LedgerError, NoSuchLedgerError, ReadHandle, WriteHandle
+from .context import LedgerClientConfig, LedgerContext
 from .errors import LedgerUnauthorizedError, MetadataVersionConflictError
-from .handles import (
-    EntryReader,
-    LedgerClientConfig,
-    LedgerContext,
-    LedgerReadHandle,
-    LedgerWriteHandle,
-    read_last_add_confirmed,
-)
+from .handles import LedgerWriteHandle
 from .ledger_manager import LedgerManager
 from .metadata import LedgerMetadata, LedgerState
 from .placement import EnsemblePlacement
+from .reads import EntryReader, LedgerReadHandle, read_last_add_confirmed
 from .recovery import recover_ledger
 from .registry import BookieRegistry
 

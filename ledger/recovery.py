@@ -27,8 +27,9 @@ from magnetar.bookie.api import BookieError, BookieNoSuchEntryError, BookieUnaut
 
 from . import digest
 from .api import LedgerError
+from .context import LedgerContext
 from .errors import DigestError, LedgerUnauthorizedError, MetadataVersionConflictError
-from .handles import LedgerContext, LedgerWriteHandle
+from .handles import LedgerWriteHandle
 from .metadata import LedgerMetadata, LedgerState
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from magnetar.bookie.bookie import Bookie
 from magnetar.bookie.config import BookieConfig
 from magnetar.bookie.local import LocalBookieClient
 from magnetar.ledger.client import BookieLedgerClient
-from magnetar.ledger.handles import LedgerClientConfig
+from magnetar.ledger.context import LedgerClientConfig
 from magnetar.ledger.registry import StaticBookieRegistry
 from magnetar.metadata.api import MetadataStore
 

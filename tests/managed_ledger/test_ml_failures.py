@@ -15,7 +15,7 @@ from magnetar.bookie.api import BookieClient
 from magnetar.bookie.bookie import Bookie
 from magnetar.bookie.local import LocalBookieClient
 from magnetar.ledger.client import BookieLedgerClient
-from magnetar.ledger.handles import LedgerClientConfig
+from magnetar.ledger.context import LedgerClientConfig
 from magnetar.ledger.registry import StaticBookieRegistry
 from magnetar.managed_ledger.api import InitialPosition, ManagedLedgerError, Position
 from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
