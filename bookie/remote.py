@@ -1,8 +1,9 @@
 """The network :class:`BookieClient`: one pipelined connection to one bookie.
 
-Requests get increasing request ids and a future each; responses may arrive in any order.
-Frames written in one loop turn leave in one ``transport.write``. ``add_entry_nowait`` returns
-a future without creating a task (the ledger client's hot path). Adds time out through one
+Requests get increasing request ids; responses may arrive in any order. Frames written in one
+loop turn leave in one ``transport.write``. The ledger client's hot path is :meth:`add_entry_cb`:
+the response calls ``callback(token, error)`` directly from ``data_received`` (no future, no task,
+no ``call_soon`` per add); ``add_entry_nowait`` wraps it in a future. Adds time out through one
 sweep timer per connection (a timer per add would cost more than the add); other calls are
 bounded by ``wait_for``. A lost connection fails what is in flight with
 :class:`BookieUnavailableError`; the next call reconnects.
@@ -34,8 +35,42 @@ log = logging.getLogger(__name__)
 
 _SWEEP_S = 0.25
 _ADD_RESPONSE = p.OP_ADD | p.RESPONSE
-#: A request waiting in the client: (op, rid, encoder, encoder args, future, deadline).
-_Queued = tuple[int, int, Callable[..., bytes], tuple[Any, ...], "asyncio.Future[Any]", float | None]
+_OP_ADD = p.OP_ADD
+#: Completion of an add: ``callback(token, error)``, error None once the bookie has it durably.
+AddCallback = Callable[[Any, "BaseException | None"], None]
+#: A request waiting in the client: (op, rid, encoder, encoder args, target, token, deadline);
+#: the target of an add is its AddCallback (called with token), of any other request a future.
+_Queued = tuple[int, int, Callable[..., bytes], tuple[Any, ...], Any, Any, float | None]
+#: A request written and not answered: (op, target, token, frame size, deadline).
+_Pending = tuple[int, Any, Any, int, float | None]
+
+
+def _finish(op: int, target: Any, token: Any, exc: BaseException | None, result: Any = None) -> None:
+    """Complete a request: call an add's callback, or resolve a future (unless it is done)."""
+    if op == _OP_ADD:
+        try:
+            target(token, exc)
+        except Exception:  # a caller's bug must not break the connection's other requests
+            log.exception("add callback failed")
+    elif not target.done():
+        if exc is None:
+            target.set_result(result)
+        else:
+            target.set_exception(exc)
+
+
+def _live(q: _Queued) -> bool:
+    """A queued request someone still waits for (a call that timed out has a done future)."""
+    return q[0] == _OP_ADD or not q[4].done()
+
+
+def _resolve(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    """The AddCallback behind :meth:`RemoteBookieClient.add_entry_nowait`."""
+    if not fut.done():
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -54,15 +89,15 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.reader = p.FrameReader()
-        #: rid -> (op, future, frame size) of requests written and not answered yet.
-        self.pending: dict[int, tuple[int, asyncio.Future[Any], int]] = {}
+        #: Requests written and not answered yet, in send order (so add deadlines ascend).
+        self.pending: dict[int, _Pending] = {}
         self.pending_bytes = 0
         #: The transport's buffer is over its high-water mark (the bookie does not read).
         self.write_paused = False
-        #: (deadline, request id) of adds in send order, swept by a timer.
-        self.deadlines: collections.deque[tuple[float, int]] = collections.deque()
         self.out: list[bytes] = []
         self.flush_scheduled = False
+        #: Deadline of adds sent in this loop turn (one clock read per turn, not per add).
+        self.turn_deadline = 0.0
         self.closed = False
         self.sweeper: asyncio.TimerHandle | None = None
 
@@ -109,9 +144,14 @@ class _Connection(asyncio.Protocol):
             if length == 7 and op == _ADD_RESPONSE and chunk[off + p.HEADER_SIZE] == p.OK:
                 entry = pending.pop(rid, None)
                 if entry is not None:
-                    self.pending_bytes -= entry[2]
-                    if entry[0] == p.OP_ADD and not entry[1].done():
-                        entry[1].set_result(None)
+                    self.pending_bytes -= entry[3]
+                    if entry[0] == _OP_ADD:
+                        try:
+                            entry[1](entry[2], None)
+                        except Exception:
+                            log.exception("add callback failed")
+                    else:
+                        _finish(entry[0], entry[1], entry[2], BookieError(f"bookie answered an add to op {entry[0]}"))
             elif not self._response(op, rid, chunk[off + p.HEADER_SIZE : end]):
                 return
             off = end
@@ -131,25 +171,25 @@ class _Connection(asyncio.Protocol):
         entry = self.pending.pop(rid, None)
         if entry is None:
             return True  # timed out or cancelled meanwhile
-        req_op, fut, size = entry
+        req_op, target, token, size, _ = entry
         self.pending_bytes -= size
-        if fut.done():
+        if req_op != _OP_ADD and target.done():
             return True
         if op != req_op | p.RESPONSE:
-            fut.set_exception(BookieError(f"bookie answered op {op} to op {req_op}"))
+            _finish(req_op, target, token, BookieError(f"bookie answered op {op} to op {req_op}"))
             return True
         try:
             err = p.decode_status(body)
             if err is not None:
-                fut.set_exception(err)
+                _finish(req_op, target, token, err)
             elif req_op == p.OP_READ:
-                fut.set_result(p.decode_entries(body))
+                _finish(req_op, target, token, None, p.decode_entries(body))
             elif req_op in (p.OP_READ_LAC, p.OP_FENCE):
-                fut.set_result(p.decode_lac(body))
+                _finish(req_op, target, token, None, p.decode_lac(body))
             else:
-                fut.set_result(None)
+                _finish(req_op, target, token, None)
         except p.ProtocolError as e:
-            fut.set_exception(BookieError(f"bad response from bookie {self._client.address}: {e}"))
+            _finish(req_op, target, token, BookieError(f"bad response from bookie {self._client.address}: {e}"))
         return True
 
     # ---------------------------------------------------------------- sending
@@ -158,15 +198,26 @@ class _Connection(asyncio.Protocol):
         """Stop waiting for ``rid`` (its caller timed out)."""
         entry = self.pending.pop(rid, None)
         if entry is not None:
-            self.pending_bytes -= entry[2]
+            self.pending_bytes -= entry[3]
 
-    def send(self, op: int, rid: int, frame: bytes, fut: asyncio.Future[Any], deadline: float | None) -> None:
-        self.pending[rid] = (op, fut, len(frame))
-        self.pending_bytes += len(frame)
-        if deadline is not None:
-            self.deadlines.append((deadline, rid))
+    def send_add(self, rid: int, frame: bytes, callback: AddCallback, token: Any, deadline: float | None) -> None:
+        """Write an add (hot path); ``deadline`` None: the add timeout from this loop turn."""
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            loop = self._loop
+            self.turn_deadline = loop.time() + self._client.add_timeout_s
+            loop.call_soon(self.flush)
             if self.sweeper is None:
-                self.sweeper = self._loop.call_later(_SWEEP_S, self._sweep)
+                self.sweeper = loop.call_later(_SWEEP_S, self._sweep)
+        size = len(frame)
+        self.pending[rid] = (_OP_ADD, callback, token, size, self.turn_deadline if deadline is None else deadline)
+        self.pending_bytes += size
+        self.out.append(frame)
+
+    def send(self, op: int, rid: int, frame: bytes, fut: asyncio.Future[Any]) -> None:
+        """Write any other request (bounded by its caller's ``wait_for``)."""
+        self.pending[rid] = (op, fut, None, len(frame), None)
+        self.pending_bytes += len(frame)
         self.out.append(frame)
         if not self.flush_scheduled:
             self.flush_scheduled = True
@@ -185,18 +236,25 @@ class _Connection(asyncio.Protocol):
         if self.closed:
             return
         now = self._loop.time()
-        deadlines, pending = self.deadlines, self.pending
-        while deadlines and deadlines[0][0] <= now:
-            _, rid = deadlines.popleft()
-            entry = pending.pop(rid, None)
-            if entry is not None:
-                self.pending_bytes -= entry[2]
-                if not entry[1].done():
-                    entry[1].set_exception(BookieUnavailableError(f"add to bookie {self._client.address} timed out"))
-        # Answered adds leave stale deadlines behind; drop them from the front too.
-        while deadlines and deadlines[0][1] not in pending:
-            deadlines.popleft()
-        if deadlines:
+        expired: list[int] = []
+        waiting = False
+        # Adds were sent in order with ascending deadlines: stop at the first one not due.
+        for rid, entry in self.pending.items():
+            deadline = entry[4]
+            if deadline is None:
+                continue  # not an add: its caller bounds it
+            if deadline > now:
+                waiting = True
+                break
+            expired.append(rid)
+        if expired:
+            err = BookieUnavailableError(f"add to bookie {self._client.address} timed out")
+            for rid in expired:
+                gone = self.pending.pop(rid, None)
+                if gone is not None:  # (a callback may have ended the connection meanwhile)
+                    self.pending_bytes -= gone[3]
+                    _finish(gone[0], gone[1], gone[2], err)
+        if waiting and not self.closed:
             self.sweeper = self._loop.call_later(_SWEEP_S, self._sweep)
 
     # ---------------------------------------------------------------- closing
@@ -215,11 +273,9 @@ class _Connection(asyncio.Protocol):
             self.sweeper = None
         pending, self.pending = self.pending, {}
         self.pending_bytes = 0
-        self.deadlines.clear()
         self.out.clear()
-        for _, fut, _ in pending.values():
-            if not fut.done():
-                fut.set_exception(exc)
+        for op, target, token, _, _ in pending.values():
+            _finish(op, target, token, exc)
         self._client._connection_gone(self)
 
 
@@ -255,8 +311,7 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         self._conn: _Connection | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._tasks = TaskSet(f"bookie client {self.address}")
-        #: Requests waiting for the connection or for room on it, not encoded yet:
-        #: (op, rid, encoder, encoder args, future, deadline).
+        #: Requests waiting for the connection or for room on it, not encoded yet.
         self._queued: collections.deque[_Queued] = collections.deque()
         self._queue_sweeper: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -278,7 +333,7 @@ class RemoteBookieClient(FutureAdds, BookieClient):
 
     def queued_requests(self) -> int:
         """Requests waiting for the connection or for room on it (a metric)."""
-        return sum(1 for q in self._queued if not q[4].done())
+        return sum(1 for q in self._queued if _live(q))
 
     def buffered_bytes(self) -> int:
         """Bytes this client holds for the bookie: frames not answered yet plus the transport's buffer."""
@@ -287,26 +342,22 @@ class RemoteBookieClient(FutureAdds, BookieClient):
             return 0
         return conn.pending_bytes + conn.transport.get_write_buffer_size()
 
-    def _submit(
-        self, op: int, rid: int, encode: Callable[..., bytes], args: tuple[Any, ...], timeout: float | None
-    ) -> asyncio.Future[Any]:
+    def _enqueue(self, q: _Queued) -> None:
+        """Hold a request until the connection is up and has room."""
+        assert self._loop is not None
+        self._queued.append(q)
+        if self._queue_sweeper is None:
+            self._queue_sweeper = self._loop.call_later(_SWEEP_S, self._sweep_queue)
+        if self._conn is None and self._connecting is None:
+            self._connecting = self._tasks.spawn(self._connect(), name=f"bookie-connect-{self.address}")
+
+    def _loop_of(self) -> asyncio.AbstractEventLoop:
         if self._closed:
             raise BookieUnavailableError(f"client of bookie {self.address} is closed")
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        deadline = None if timeout is None else loop.time() + timeout
-        conn = self._conn
-        if conn is not None and not self._queued and conn.can_send():
-            conn.send(op, rid, encode(*args), fut, deadline)
-            return fut
-        self._queued.append((op, rid, encode, args, fut, deadline))
-        if self._queue_sweeper is None:
-            self._queue_sweeper = loop.call_later(_SWEEP_S, self._sweep_queue)
-        if conn is None and self._connecting is None:
-            self._connecting = self._tasks.spawn(self._connect(), name=f"bookie-connect-{self.address}")
-        return fut
+        return loop
 
     def _drain(self) -> None:
         """Send queued requests while the connection has room (in arrival order)."""
@@ -315,15 +366,21 @@ class RemoteBookieClient(FutureAdds, BookieClient):
             return
         now = None
         while queued and conn.can_send():
-            op, rid, encode, args, fut, deadline = queued.popleft()
-            if fut.done():
+            q = queued.popleft()
+            if not _live(q):
                 continue
-            if deadline is not None:
-                now = now if now is not None else conn._loop.time()
-                if deadline <= now:
-                    fut.set_exception(BookieUnavailableError(f"add to bookie {self.address} timed out in its queue"))
-                    continue
-            conn.send(op, rid, encode(*args), fut, deadline)
+            op, rid, encode, args, target, token, deadline = q
+            if op != _OP_ADD:
+                conn.send(op, rid, encode(*args), target)
+                continue
+            now = now if now is not None else self._loop_of().time()
+            if deadline is not None and deadline <= now:
+                _finish(op, target, token, self._queue_timeout())
+                continue
+            conn.send_add(rid, encode(*args), target, token, deadline)
+
+    def _queue_timeout(self) -> BookieUnavailableError:
+        return BookieUnavailableError(f"add to bookie {self.address} timed out in its queue")
 
     def _sweep_queue(self) -> None:
         """Fail queued adds whose deadline passed (a stalled bookie must not hold them forever)."""
@@ -334,12 +391,12 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         now = loop.time()
         queued = self._queued
         while queued:
-            deadline, fut = queued[0][5], queued[0][4]
-            if fut.done():
+            q = queued[0]
+            if not _live(q):
                 queued.popleft()
-            elif deadline is not None and deadline <= now:
+            elif q[6] is not None and q[6] <= now:
                 queued.popleft()
-                fut.set_exception(BookieUnavailableError(f"add to bookie {self.address} timed out in its queue"))
+                _finish(q[0], q[4], q[5], self._queue_timeout())
             else:
                 break
         if queued:
@@ -360,8 +417,8 @@ class RemoteBookieClient(FutureAdds, BookieClient):
                 err = BookieUnavailableError(f"cannot connect to bookie {self.address}: {e!r}")
                 queued, self._queued = self._queued, collections.deque()
                 for q in queued:
-                    if not q[4].done():
-                        q[4].set_exception(err)
+                    if _live(q):
+                        _finish(q[0], q[4], q[5], err)
                 log.debug("connect to bookie %s failed: %r", self.address, e)
                 return
             if self._closed:
@@ -383,7 +440,12 @@ class RemoteBookieClient(FutureAdds, BookieClient):
 
     async def _call(self, op: int, rid: int, encode: Callable[..., bytes], *args: Any) -> Any:
         timeout = self.op_timeout_s
-        fut = self._submit(op, rid, encode, (rid, *args), None)
+        fut: asyncio.Future[Any] = self._loop_of().create_future()
+        conn = self._conn
+        if conn is not None and not self._queued and conn.can_send():
+            conn.send(op, rid, encode(rid, *args), fut)
+        else:
+            self._enqueue((op, rid, encode, (rid, *args), fut, None, None))
         try:
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError as e:
@@ -403,9 +465,35 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         recovery: bool = False,
     ) -> asyncio.Future[None]:
         """Send one add; the future resolves when the bookie has it durably (no task per add)."""
-        rid = self._next_rid()
+        fut: asyncio.Future[None] = self._loop_of().create_future()
+        self.add_entry_cb(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery, _resolve, fut)
+        return fut
+
+    def add_entry_cb(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool,
+        callback: AddCallback,
+        token: Any,
+    ) -> None:
+        """Send one add; ``callback(token, error)`` runs once, error None when the bookie has it
+        durably (called from the connection's ``data_received``, a sweep timer or a connection
+        loss, never from here: a closed client raises instead)."""
+        loop = self._loop_of()
+        rid = next(self._ids) & 0xFFFFFFFF or self._next_rid()
+        conn = self._conn
+        if conn is not None and not self._queued and conn.can_send():
+            conn.send_add(
+                rid, p.encode_add(rid, ledger_id, entry_id, master_key, last_add_confirmed, data, recovery),
+                callback, token, None,
+            )  # fmt: skip
+            return
         args = (rid, ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
-        return self._submit(p.OP_ADD, rid, p.encode_add, args, self.add_timeout_s)
+        self._enqueue((_OP_ADD, rid, p.encode_add, args, callback, token, loop.time() + self.add_timeout_s))
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []
@@ -440,8 +528,8 @@ class RemoteBookieClient(FutureAdds, BookieClient):
             self._queue_sweeper = None
         queued, self._queued = self._queued, collections.deque()
         for q in queued:
-            if not q[4].done():
-                q[4].set_exception(err)
+            if _live(q):
+                _finish(q[0], q[4], q[5], err)
         conn = self._conn
         if conn is not None:
             # Close gracefully (buffered writes go out) and fail what still waits for an answer.

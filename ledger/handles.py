@@ -140,8 +140,14 @@ class LedgerWriteHandle(WriteHandle):
 
     def _set_ensemble(self, bookies: list[str]) -> None:
         self._clients: list[BookieClient] = [self._client_of(a) for a in bookies]
-        # LocalBookieClient offers a future-returning add: no task per add on the hot path.
+        # Per slot, the cheapest add the client offers: RemoteBookieClient.add_entry_cb calls
+        # the slot's callback straight from its connection (no future); LocalBookieClient's
+        # add_entry_nowait returns a future (no task); anything else gets a task per add.
+        self._cb_adds: list[Any] = [getattr(c, "add_entry_cb", None) for c in self._clients]
         self._nowait: list[Any] = [getattr(c, "add_entry_nowait", None) for c in self._clients]
+        self._slot_done: list[Callable[[_PendingAdd, BaseException | None], None]] = [
+            partial(self._on_slot_done, idx, gen) for idx, gen in enumerate(self._slot_gen)
+        ]
 
     def _client_of(self, address: str) -> BookieClient:
         try:
@@ -192,8 +198,12 @@ class LedgerWriteHandle(WriteHandle):
         gens = self._slot_gen
         for i in range(md.write_quorum):
             idx = (eid + i) % E
-            nowait = self._nowait[idx]
             try:
+                add_cb = self._cb_adds[idx]
+                if add_cb is not None:
+                    add_cb(lid, eid, key, lac, stored, recovery, self._slot_done[idx], op)
+                    continue
+                nowait = self._nowait[idx]
                 if nowait is not None:
                     fut = nowait(lid, eid, key, lac, stored, recovery)
                 else:
@@ -210,6 +220,10 @@ class LedgerWriteHandle(WriteHandle):
         gen = self._slot_gen[idx]
         nowait = self._nowait[idx]
         try:
+            add_cb = self._cb_adds[idx]
+            if add_cb is not None:
+                add_cb(lid, eid, self._master_key, self._lac, stored, recovery, self._slot_done[idx], op)
+                return
             if nowait is not None:
                 fut = nowait(lid, eid, self._master_key, self._lac, stored, recovery)
             else:
@@ -226,6 +240,19 @@ class LedgerWriteHandle(WriteHandle):
             self._on_replica_result(op, idx, gen, BookieUnavailableError("add cancelled"))
         else:
             self._on_replica_result(op, idx, gen, fut.exception())
+
+    def _on_slot_done(self, idx: int, gen: int, op: _PendingAdd, exc: BaseException | None) -> None:
+        """A replica's answer through ``add_entry_cb`` (the success path inlined: it runs per replica)."""
+        if exc is None and gen == self._slot_gen[idx]:
+            if op.acked or op.future.done():
+                return
+            op.mask |= 1 << idx
+            op.acks += 1
+            if op.acks >= self.metadata.ack_quorum:
+                op.acked = True
+                self._complete_in_order()
+            return
+        self._on_replica_result(op, idx, gen, exc)
 
     def _on_replica_result(self, op: _PendingAdd, idx: int, gen: int, exc: BaseException | None) -> None:
         if gen != self._slot_gen[idx]:
@@ -361,8 +388,10 @@ class LedgerWriteHandle(WriteHandle):
                 self.ctx.usage[old[idx].address] -= 1
                 self.ctx.usage[address] += 1
             self._slot_gen[idx] += 1
+            self._slot_done[idx] = partial(self._on_slot_done, idx, self._slot_gen[idx])
             client = self._client_of(address)
             self._clients[idx] = client
+            self._cb_adds[idx] = getattr(client, "add_entry_cb", None)
             self._nowait[idx] = getattr(client, "add_entry_nowait", None)
             self._failed.discard(idx)
         self.ensemble_changes += 1
