@@ -133,6 +133,82 @@ async def test_add_timeout(tmp_path: Path) -> None:
         server.close()
 
 
+async def test_add_callbacks_run_once_each(served: tuple[Bookie, BookieServer]) -> None:
+    """``add_entry_cb``: every callback runs exactly once with its token; one that raises harms no other."""
+    _, server = served
+    c = _client(server)
+    calls: list[tuple[int, BaseException | None]] = []
+
+    def done(token: int, exc: BaseException | None) -> None:
+        calls.append((token, exc))
+        if token == 3:
+            raise RuntimeError("a caller's bug")
+
+    try:
+        for e in range(300):
+            c.add_entry_cb(11, e, KEY, e - 1, b"y%d" % e, False, done, e)
+            if e % 50 == 0:
+                await asyncio.sleep(0)  # several loop turns: several writes
+        for _ in range(1000):  # bounded
+            if len(calls) >= 300:
+                break
+            await asyncio.sleep(0.01)
+        assert sorted(t for t, _ in calls) == list(range(300))
+        assert all(exc is None for _, exc in calls)
+        assert await c.read_last_add_confirmed(11) == (298, 299)
+        assert c.buffered_bytes() == 0
+    finally:
+        await c.close()
+    with pytest.raises(BookieUnavailableError):
+        c.add_entry_cb(11, 300, KEY, 299, b"z", False, done, 300)
+    assert len(calls) == 300
+
+
+async def test_add_callbacks_fail_on_timeout_and_connection_loss() -> None:
+    """A bookie that never answers: adds on the open connection time out (each once); adds
+    in flight when the bookie closes the connection fail with BookieUnavailableError."""
+    writers: list[asyncio.StreamWriter] = []
+    server = await asyncio.start_server(lambda r, w: writers.append(w), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c = RemoteBookieClient(f"127.0.0.1:{port}", add_timeout_s=0.4, op_timeout_s=0.4)
+    calls: list[tuple[int, BaseException | None]] = []
+    loop = asyncio.get_running_loop()
+
+    async def wait_calls(n: int) -> None:
+        for _ in range(500):  # bounded
+            if len(calls) >= n:
+                return
+            await asyncio.sleep(0.01)
+
+    try:
+        with pytest.raises(BookieUnavailableError, match="timed out"):
+            await c.read_last_add_confirmed(1)  # connects
+        assert c.connects == 1
+        t0 = loop.time()
+        for e in range(10):  # sent on the live connection, over two loop turns
+            c.add_entry_cb(1, e, KEY, -1, b"x", False, lambda t, exc: calls.append((t, exc)), e)
+            if e == 4:
+                await asyncio.sleep(0.05)
+        await wait_calls(10)
+        assert sorted(t for t, _ in calls) == list(range(10))
+        assert all(isinstance(exc, BookieUnavailableError) and "timed out" in str(exc) for _, exc in calls)
+        assert 0.3 < loop.time() - t0 < 3
+        calls.clear()
+        for e in range(10, 15):
+            c.add_entry_cb(1, e, KEY, -1, b"x", False, lambda t, exc: calls.append((t, exc)), e)
+        await asyncio.sleep(0.05)
+        for w in writers:
+            w.close()
+        await wait_calls(5)
+        assert sorted(t for t, _ in calls) == list(range(10, 15))
+        assert all(isinstance(exc, BookieUnavailableError) and "lost" in str(exc) for _, exc in calls)
+        await asyncio.sleep(0.6)  # past the add timeout: no second call from the sweep
+        assert len(calls) == 5
+    finally:
+        await c.close()
+        server.close()
+
+
 async def _raw(server: BookieServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection("127.0.0.1", server.port)
 
