@@ -36,11 +36,14 @@ log = logging.getLogger(__name__)
 _SWEEP_S = 0.25
 _ADD_RESPONSE = p.OP_ADD | p.RESPONSE
 _OP_ADD = p.OP_ADD
+_ADD_HEADER = p.add_header
+_HEADER_SIZE = p.HEADER_SIZE
 #: Completion of an add: ``callback(token, error)``, error None once the bookie has it durably.
 AddCallback = Callable[[Any, "BaseException | None"], None]
 #: A request waiting in the client: (op, rid, encoder, encoder args, target, token, deadline);
-#: the target of an add is its AddCallback (called with token), of any other request a future.
-_Queued = tuple[int, int, Callable[..., bytes], tuple[Any, ...], Any, Any, float | None]
+#: an add has no encoder (its args are its encoded body) and an AddCallback as target (called
+#: with token); any other request has a future.
+_Queued = tuple[int, int, Callable[..., bytes] | None, tuple[Any, ...], Any, Any, float | None]
 #: A request written and not answered: (op, target, token, frame size, deadline).
 _Pending = tuple[int, Any, Any, int, float | None]
 
@@ -200,8 +203,9 @@ class _Connection(asyncio.Protocol):
         if entry is not None:
             self.pending_bytes -= entry[3]
 
-    def send_add(self, rid: int, frame: bytes, callback: AddCallback, token: Any, deadline: float | None) -> None:
-        """Write an add (hot path); ``deadline`` None: the add timeout from this loop turn."""
+    def send_add(self, rid: int, body: bytes, callback: AddCallback, token: Any, deadline: float | None) -> None:
+        """Write an add (hot path: its header, then the shared body; the flush joins them);
+        ``deadline`` None: the add timeout from this loop turn."""
         if not self.flush_scheduled:
             self.flush_scheduled = True
             loop = self._loop
@@ -209,10 +213,18 @@ class _Connection(asyncio.Protocol):
             loop.call_soon(self.flush)
             if self.sweeper is None:
                 self.sweeper = loop.call_later(_SWEEP_S, self._sweep)
-        size = len(frame)
-        self.pending[rid] = (_OP_ADD, callback, token, size, self.turn_deadline if deadline is None else deadline)
-        self.pending_bytes += size
-        self.out.append(frame)
+        n = len(body)
+        self.pending[rid] = (
+            _OP_ADD,
+            callback,
+            token,
+            n + _HEADER_SIZE,
+            self.turn_deadline if deadline is None else deadline,
+        )
+        self.pending_bytes += n + _HEADER_SIZE
+        out = self.out
+        out.append(_ADD_HEADER(rid, n))
+        out.append(body)
 
     def send(self, op: int, rid: int, frame: bytes, fut: asyncio.Future[Any]) -> None:
         """Write any other request (bounded by its caller's ``wait_for``)."""
@@ -370,14 +382,14 @@ class RemoteBookieClient(FutureAdds, BookieClient):
             if not _live(q):
                 continue
             op, rid, encode, args, target, token, deadline = q
-            if op != _OP_ADD:
+            if encode is not None:
                 conn.send(op, rid, encode(*args), target)
                 continue
             now = now if now is not None else self._loop_of().time()
             if deadline is not None and deadline <= now:
                 _finish(op, target, token, self._queue_timeout())
                 continue
-            conn.send_add(rid, encode(*args), target, token, deadline)
+            conn.send_add(rid, args[0], target, token, deadline)
 
     def _queue_timeout(self) -> BookieUnavailableError:
         return BookieUnavailableError(f"add to bookie {self.address} timed out in its queue")
@@ -483,17 +495,21 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         """Send one add; ``callback(token, error)`` runs once, error None when the bookie has it
         durably (called from the connection's ``data_received``, a sweep timer or a connection
         loss, never from here: a closed client raises instead)."""
+        body = p.encode_add_body(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+        self.add_encoded_cb(body, callback, token)
+
+    #: Encodes an add for :meth:`add_encoded_cb` (once per entry for all the bookies it goes to).
+    encode_add_body = staticmethod(p.encode_add_body)
+
+    def add_encoded_cb(self, body: bytes, callback: AddCallback, token: Any) -> None:
+        """:meth:`add_entry_cb` with the request already encoded by :meth:`encode_add_body`."""
         loop = self._loop_of()
         rid = next(self._ids) & 0xFFFFFFFF or self._next_rid()
         conn = self._conn
         if conn is not None and not self._queued and conn.can_send():
-            conn.send_add(
-                rid, p.encode_add(rid, ledger_id, entry_id, master_key, last_add_confirmed, data, recovery),
-                callback, token, None,
-            )  # fmt: skip
+            conn.send_add(rid, body, callback, token, None)
             return
-        args = (rid, ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
-        self._enqueue((_OP_ADD, rid, p.encode_add, args, callback, token, loop.time() + self.add_timeout_s))
+        self._enqueue((_OP_ADD, rid, None, (body,), callback, token, loop.time() + self.add_timeout_s))
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []

@@ -140,10 +140,12 @@ class LedgerWriteHandle(WriteHandle):
 
     def _set_ensemble(self, bookies: list[str]) -> None:
         self._clients: list[BookieClient] = [self._client_of(a) for a in bookies]
-        # Per slot, the cheapest add the client offers: RemoteBookieClient.add_entry_cb calls
-        # the slot's callback straight from its connection (no future); LocalBookieClient's
-        # add_entry_nowait returns a future (no task); anything else gets a task per add.
-        self._cb_adds: list[Any] = [getattr(c, "add_entry_cb", None) for c in self._clients]
+        # Per slot, the cheapest add the client offers: RemoteBookieClient.add_encoded_cb takes
+        # an entry encoded once for all its replicas and calls the slot's callback straight from
+        # its connection (no future); LocalBookieClient's add_entry_nowait returns a future (no
+        # task); anything else gets a task per add.
+        self._cb_adds: list[Any] = [getattr(c, "add_encoded_cb", None) for c in self._clients]
+        self._encoders: list[Any] = [getattr(c, "encode_add_body", None) for c in self._clients]
         self._nowait: list[Any] = [getattr(c, "add_entry_nowait", None) for c in self._clients]
         self._slot_done: list[Callable[[_PendingAdd, BaseException | None], None]] = [
             partial(self._on_slot_done, idx, gen) for idx, gen in enumerate(self._slot_gen)
@@ -196,12 +198,16 @@ class LedgerWriteHandle(WriteHandle):
         E = md.ensemble_size
         eid, stored = op.entry_id, op.stored
         gens = self._slot_gen
+        encoder = body = None
         for i in range(md.write_quorum):
             idx = (eid + i) % E
             try:
                 add_cb = self._cb_adds[idx]
                 if add_cb is not None:
-                    add_cb(lid, eid, key, lac, stored, recovery, self._slot_done[idx], op)
+                    if self._encoders[idx] is not encoder:  # once per entry (per wire format)
+                        encoder = self._encoders[idx]
+                        body = encoder(lid, eid, key, lac, stored, recovery)
+                    add_cb(body, self._slot_done[idx], op)
                     continue
                 nowait = self._nowait[idx]
                 if nowait is not None:
@@ -222,7 +228,11 @@ class LedgerWriteHandle(WriteHandle):
         try:
             add_cb = self._cb_adds[idx]
             if add_cb is not None:
-                add_cb(lid, eid, self._master_key, self._lac, stored, recovery, self._slot_done[idx], op)
+                add_cb(
+                    self._encoders[idx](lid, eid, self._master_key, self._lac, stored, recovery),
+                    self._slot_done[idx],
+                    op,
+                )
                 return
             if nowait is not None:
                 fut = nowait(lid, eid, self._master_key, self._lac, stored, recovery)
@@ -391,7 +401,8 @@ class LedgerWriteHandle(WriteHandle):
             self._slot_done[idx] = partial(self._on_slot_done, idx, self._slot_gen[idx])
             client = self._client_of(address)
             self._clients[idx] = client
-            self._cb_adds[idx] = getattr(client, "add_entry_cb", None)
+            self._cb_adds[idx] = getattr(client, "add_encoded_cb", None)
+            self._encoders[idx] = getattr(client, "encode_add_body", None)
             self._nowait[idx] = getattr(client, "add_entry_nowait", None)
             self._failed.discard(idx)
         self.ensemble_changes += 1
