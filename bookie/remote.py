@@ -207,12 +207,9 @@ class _Connection(asyncio.Protocol):
         """Write an add (hot path: its header, then the shared body; the flush joins them);
         ``deadline`` None: the add timeout from this loop turn."""
         if not self.flush_scheduled:
-            self.flush_scheduled = True
-            loop = self._loop
-            self.turn_deadline = loop.time() + self._client.add_timeout_s
-            loop.call_soon(self.flush)
+            self._schedule_flush()
             if self.sweeper is None:
-                self.sweeper = loop.call_later(_SWEEP_S, self._sweep)
+                self.sweeper = self._loop.call_later(_SWEEP_S, self._sweep)
         n = len(body)
         self.pending[rid] = (
             _OP_ADD,
@@ -232,8 +229,14 @@ class _Connection(asyncio.Protocol):
         self.pending_bytes += len(frame)
         self.out.append(frame)
         if not self.flush_scheduled:
-            self.flush_scheduled = True
-            self._loop.call_soon(self.flush)
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Write at the end of this loop turn; adds of this turn time out ``add_timeout_s`` from now."""
+        self.flush_scheduled = True
+        loop = self._loop
+        self.turn_deadline = loop.time() + self._client.add_timeout_s
+        loop.call_soon(self.flush)
 
     def flush(self) -> None:
         self.flush_scheduled = False

@@ -209,6 +209,36 @@ async def test_add_callbacks_fail_on_timeout_and_connection_loss() -> None:
         server.close()
 
 
+async def test_add_after_another_request_in_one_loop_turn_keeps_its_timeout() -> None:
+    """An add written in the same loop turn as another request still gets the full add timeout."""
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # never answers
+    port = server.sockets[0].getsockname()[1]
+    c = RemoteBookieClient(f"127.0.0.1:{port}", add_timeout_s=1, op_timeout_s=5)
+    loop = asyncio.get_running_loop()
+    failed_at: dict[int, float] = {}
+    lac = None
+    try:
+        c.add_entry_cb(1, 0, KEY, -1, b"x", False, lambda t, exc: failed_at.setdefault(t, loop.time()), 0)
+        await asyncio.sleep(0.8)
+        lac = asyncio.ensure_future(c.read_last_add_confirmed(1))
+        await asyncio.sleep(0)  # the read is written first in this loop turn, then the add
+        sent = loop.time()
+        c.add_entry_cb(1, 1, KEY, -1, b"x", False, lambda t, exc: failed_at.setdefault(t, loop.time()), 1)
+        for _ in range(300):  # bounded
+            if 1 in failed_at:
+                break
+            await asyncio.sleep(0.01)
+        assert 0 in failed_at and 1 in failed_at
+        assert failed_at[1] - sent >= 0.95  # not the deadline of an earlier loop turn
+    finally:
+        if lac is not None:
+            lac.cancel()
+            with contextlib.suppress(asyncio.CancelledError, BookieUnavailableError):
+                await lac
+        await c.close()
+        server.close()
+
+
 async def _raw(server: BookieServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection("127.0.0.1", server.port)
 
