@@ -11,8 +11,9 @@ Every frame (big endian)::
 Request bodies:
 
 ====================  ==========================================================================
-ADD        (1)        ``i64 ledger, i64 entry, i64 lac, u8 flags (1 = recovery), u16 key_len``,
-                      key, then the entry data (rest of the frame)
+ADD        (1)        ``i64 ledger, i64 entry, i64 lac, u8 flags, u16 key_len``, key, then the
+                      entry data (rest of the frame); flags: 1 = recovery, 2 = the client takes
+                      ADD_ACKS (below) for its successful adds
 READ       (2)        ``i64 ledger, i64 first, i64 last``
 READ_LAC   (3)        ``i64 ledger``
 FENCE      (4)        ``i64 ledger, u16 key_len``, key
@@ -23,6 +24,11 @@ Response bodies start with ``u8 status``; on an error the rest is a UTF-8 messag
 ADD and DELETE have nothing more, READ has ``u8 flags, u32 count`` then per entry
 ``i64 entry, u32 len`` and the data (flag 1 = truncated to bound the frame size: the client
 asks again from the next entry), READ_LAC and FENCE have ``i64 lac, i64 last_entry``.
+
+ADD_ACKS (op 6, a response only, 0x86) answers many successful adds in one frame: its request id
+field holds the count ``n`` and the body is ``n`` x ``u32 request_id``. The server sends it only
+for adds flagged 2 (older clients keep getting one ADD response per add); errors always go as
+single ADD responses.
 
 A frame whose body does not parse gets a BAD_REQUEST response and the connection goes on (the
 framing is intact); an oversized or impossible length, or a version the peer does not speak,
@@ -54,10 +60,12 @@ OP_READ = 2
 OP_READ_LAC = 3
 OP_FENCE = 4
 OP_DELETE = 5
+OP_ADD_ACKS = 6  # response only: see the module docstring
 RESPONSE = 0x80
 OPS = frozenset((OP_ADD, OP_READ, OP_READ_LAC, OP_FENCE, OP_DELETE))
 
 FLAG_RECOVERY = 1
+FLAG_ACKS = 2
 
 # Status codes of responses.
 OK = 0
@@ -149,12 +157,18 @@ def encode_add(
 
 
 def encode_add_body(
-    ledger_id: int, entry_id: int, master_key: bytes, lac: int, data: bytes, recovery: bool = False
+    ledger_id: int,
+    entry_id: int,
+    master_key: bytes,
+    lac: int,
+    data: bytes,
+    recovery: bool = False,
+    acks: bool = True,
 ) -> bytes:
     """An ADD request without its frame header: encoded once per entry, shared by all its replicas
-    (each request then costs only :func:`add_header`)."""
-    fixed = ADD_FIXED.pack(ledger_id, entry_id, lac, FLAG_RECOVERY if recovery else 0, len(master_key))
-    return fixed + master_key + data
+    (each request then costs only :func:`add_header`); ``acks``: the client takes ADD_ACKS."""
+    flags = (FLAG_RECOVERY if recovery else 0) | (FLAG_ACKS if acks else 0)
+    return ADD_FIXED.pack(ledger_id, entry_id, lac, flags, len(master_key)) + master_key + data
 
 
 _HEADER_PACK = HEADER.pack
@@ -187,6 +201,27 @@ OK_RESPONSE = struct.Struct(">IBBIB")
 def encode_ok(op: int, request_id: int) -> bytes:
     """A success response without payload (ADD, DELETE)."""
     return OK_RESPONSE.pack(HEADER_REST + 1, PROTOCOL_VERSION, op | RESPONSE, request_id, OK)
+
+
+_RIDS: dict[int, struct.Struct] = {}
+
+
+def rids_struct(count: int) -> struct.Struct:
+    """``count`` x ``u32`` (cached for small counts: the usual sizes of an ADD_ACKS body)."""
+    st = _RIDS.get(count)
+    if st is None:
+        st = struct.Struct(f">{count}I")
+        if count <= 1024:
+            _RIDS[count] = st
+    return st
+
+
+def encode_add_acks(request_ids: list[int]) -> bytes:
+    """One ADD_ACKS frame answering the successful adds ``request_ids``."""
+    n = len(request_ids)
+    return HEADER.pack(HEADER_REST + 4 * n, PROTOCOL_VERSION, OP_ADD_ACKS | RESPONSE, n) + rids_struct(n).pack(
+        *request_ids
+    )
 
 
 def encode_error(op: int, request_id: int, code: int, message: str) -> bytes:

@@ -3,7 +3,8 @@
 Requests get increasing request ids; responses may arrive in any order. Frames written in one
 loop turn leave in one ``transport.write``. The ledger client's hot path is :meth:`add_entry_cb`:
 the response calls ``callback(token, error)`` directly from ``data_received`` (no future, no task,
-no ``call_soon`` per add); ``add_entry_nowait`` wraps it in a future. Adds time out through one
+no ``call_soon`` per add); ``add_entry_nowait`` wraps it in a future. Adds are flagged so the
+bookie may answer a batch of them with one ADD_ACKS frame (see :mod:`.protocol`). Adds time out through one
 sweep timer per connection (a timer per add would cost more than the add); other calls are
 bounded by ``wait_for``. A lost connection fails what is in flight with
 :class:`BookieUnavailableError`; the next call reconnects.
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 _SWEEP_S = 0.25
 _ADD_RESPONSE = p.OP_ADD | p.RESPONSE
+_ACKS_RESPONSE = p.OP_ADD_ACKS | p.RESPONSE
 _OP_ADD = p.OP_ADD
 _ADD_HEADER = p.add_header
 _HEADER_SIZE = p.HEADER_SIZE
@@ -144,7 +146,22 @@ class _Connection(asyncio.Protocol):
             end = off + 4 + length
             if end > n:
                 break
-            if length == 7 and op == _ADD_RESPONSE and chunk[off + p.HEADER_SIZE] == p.OK:
+            if op == _ACKS_RESPONSE:  # many adds answered at once (the hot path)
+                if length != p.HEADER_REST + 4 * rid:
+                    self.abort(BookieUnavailableError(f"bookie {self._client.address} sent a bad ADD_ACKS frame"))
+                    return
+                for acked in p.rids_struct(rid).unpack_from(chunk, off + p.HEADER_SIZE):
+                    entry = pending.pop(acked, None)
+                    if entry is not None:
+                        self.pending_bytes -= entry[3]
+                        if entry[0] == _OP_ADD:
+                            try:
+                                entry[1](entry[2], None)
+                            except Exception:
+                                log.exception("add callback failed")
+                        else:
+                            _finish(entry[0], entry[1], entry[2], BookieError(f"bookie acked op {entry[0]} as an add"))
+            elif length == 7 and op == _ADD_RESPONSE and chunk[off + p.HEADER_SIZE] == p.OK:
                 entry = pending.pop(rid, None)
                 if entry is not None:
                     self.pending_bytes -= entry[3]
@@ -501,7 +518,8 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         body = p.encode_add_body(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
         self.add_encoded_cb(body, callback, token)
 
-    #: Encodes an add for :meth:`add_encoded_cb` (once per entry for all the bookies it goes to).
+    #: Encodes an add for :meth:`add_encoded_cb` (once per entry for all the bookies it goes to;
+    #: flagged: this client reads ADD_ACKS).
     encode_add_body = staticmethod(p.encode_add_body)
 
     def add_encoded_cb(self, body: bytes, callback: AddCallback, token: Any) -> None:

@@ -72,6 +72,8 @@ class BookieServerProtocol(asyncio.Protocol):
         self._read_slots = asyncio.Semaphore(server.max_concurrent_reads)
         self._tasks = TaskSet("bookie connection")
         self._closed = False
+        #: The client takes ADD_ACKS frames (it flagged its adds so).
+        self._acks = False
         self.peer = "?"
 
     # ---------------------------------------------------------------- transport callbacks
@@ -162,6 +164,8 @@ class BookieServerProtocol(asyncio.Protocol):
             self._bad_add(rid, f"invalid entry {lid}:{eid}")
             return None
         data = chunk[key_end:end]
+        if flags & p.FLAG_ACKS:
+            self._acks = True  # the client reads ADD_ACKS: answer its adds in one frame per batch
         try:
             fut = self._bookie.add_entry_nowait(lid, eid, chunk[key_start:key_end], lac, data, flags & 1 == 1)
         except BookieError as e:
@@ -193,6 +197,7 @@ class BookieServerProtocol(asyncio.Protocol):
         answered = 0
         late_rids: list[int] = []
         late_futs: list[asyncio.Future[None]] = []
+        acked: list[int] | None = [] if self._acks else None
         for rid, fut in zip(rids, futs, strict=True):
             if not fut.done():
                 late_rids.append(rid)
@@ -204,10 +209,15 @@ class BookieServerProtocol(asyncio.Protocol):
                 continue
             exc = fut.exception()
             if exc is None:
-                out.append(_OK_PACK(7, p.PROTOCOL_VERSION, _ADD_RESPONSE, rid, p.OK))
+                if acked is not None:
+                    acked.append(rid)
+                else:
+                    out.append(_OK_PACK(7, p.PROTOCOL_VERSION, _ADD_RESPONSE, rid, p.OK))
             else:
                 self._stats.add_errors += 1
                 out.append(p.encode_error(p.OP_ADD, rid, p.code_of(exc), str(exc)))
+        if acked:
+            out.append(p.encode_add_acks(acked))
         if late_futs:
             late_futs[-1].add_done_callback(partial(self._adds_done, late_rids, late_futs))
         self._inflight -= answered

@@ -250,6 +250,58 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, int, int, byte
     return version, op, rid, body
 
 
+async def test_flagged_adds_are_answered_by_add_acks_frames(served: tuple[Bookie, BookieServer]) -> None:
+    """Adds flagged FLAG_ACKS get ADD_ACKS frames (many request ids each); unflagged adds, from a
+    client that does not know the frame, still get one ADD response each."""
+    _, server = served
+    reader, writer = await _raw(server)
+    old_reader, old_writer = await _raw(server)
+    try:
+        body = [p.encode_add_body(21, e, KEY, e - 1, b"d%d" % e) for e in range(5)]
+        writer.write(b"".join(p.add_header(100 + e, len(b)) + b for e, b in enumerate(body)))
+        acked: list[int] = []
+        for _ in range(5):  # bounded: at most one frame per add
+            if len(acked) == 5:
+                break
+            _, op, count, rest = await _read_frame(reader)
+            assert op == p.OP_ADD_ACKS | p.RESPONSE and len(rest) == 4 * count
+            acked.extend(p.rids_struct(count).unpack(rest))
+        assert sorted(acked) == [100, 101, 102, 103, 104]
+        old_writer.write(b"".join(p.encode_add(200 + e, 22, e, KEY, e - 1, b"x") for e in range(3)))
+        for e in range(3):
+            _, op, rid, rest = await _read_frame(old_reader)
+            assert (op, rid, rest) == (p.OP_ADD | p.RESPONSE, 200 + e, bytes([p.OK]))
+        # Errors stay single ADD responses on a flagged connection too.
+        wrong_key = p.encode_add_body(21, 5, b"other", 4, b"x")
+        writer.write(p.add_header(105, len(wrong_key)) + wrong_key)
+        _, op, rid, rest = await _read_frame(reader)
+        assert (op, rid, rest[0]) == (p.OP_ADD | p.RESPONSE, 105, p.E_UNAUTHORIZED)
+    finally:
+        writer.close()
+        old_writer.close()
+
+
+async def test_client_works_with_a_bookie_answering_each_add_alone() -> None:
+    """A bookie that predates ADD_ACKS answers every add with its own frame: adds still complete."""
+
+    async def old_bookie(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        frames = p.FrameReader()
+        with contextlib.suppress(ConnectionError):
+            while data := await r.read(65536):
+                for _, op, rid, _ in frames.feed(data):
+                    w.write(p.encode_ok(op, rid))
+
+    server = await asyncio.start_server(old_bookie, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c = RemoteBookieClient(f"127.0.0.1:{port}")
+    try:
+        futs = [c.add_entry_nowait(1, e, KEY, e - 1, b"x") for e in range(50)]
+        await asyncio.wait_for(asyncio.gather(*futs), 10)
+    finally:
+        await c.close()
+        server.close()
+
+
 async def test_malformed_frames_get_errors(served: tuple[Bookie, BookieServer]) -> None:
     _, server = served
     good = _client(server)
