@@ -386,6 +386,38 @@ class BrokerConfig:
         "Comma list of authentication providers (Pulsar's class names, e.g. "
         "`org.apache.pulsar.broker.authentication.AuthenticationProviderToken`, or the short `token`, `basic`, `tls`).",
     )
+    anonymous_user_role: str = _setting(
+        "", "Role of clients presenting no credentials when authentication is on (empty: they are refused)."
+    )
+    authentication_refresh_check_seconds: int = _setting(
+        60,
+        "How often a binary connection's credentials are checked; expired ones get an AUTH_CHALLENGE, and a "
+        "connection that has not answered it by the next check is closed (0: never checked).",
+    )
+    authenticate_metrics_endpoint: bool = _setting(
+        False, "Whether `/metrics` needs credentials when authentication is on (Pulsar 4.x default: no)."
+    )
+    token_secret_key: str = _setting(
+        "",
+        "HMAC key checking tokens (`file:///path`, `data:;base64,...`, `env:VAR`, a path, or base64 of the raw "
+        "key, as `magnetar tokens create-secret-key` writes it).",
+    )
+    token_public_key: str = _setting(
+        "", "Public key checking tokens (DER or PEM; same forms as `tokenSecretKey`), when no secret key is set."
+    )
+    token_public_alg: str = _setting(
+        "RS256", "Algorithm family of `tokenPublicKey` (RS256/384/512, PS256/384/512, ES256/384/512)."
+    )
+    token_auth_claim: str = _setting("sub", "Token claim holding the role (a list gives its first string).")
+    token_audience_claim: str = _setting(
+        "", "Token claim naming its audiences (e.g. `aud`); set with `tokenAudience` to require this broker's."
+    )
+    token_audience: str = _setting("", "The audience standing for this broker, required in `tokenAudienceClaim`.")
+    basic_auth_conf: str = _setting(
+        "",
+        "htpasswd file of the `basic` provider (a path, `file:`, `data:;base64,` or `env:`): `user:hash` lines, "
+        "hashes apr1 (`htpasswd -m`), crypt (`$1$`, `$5$`, `$6$`, DES) or bcrypt (`htpasswd -B`).",
+    )
     # -- authorization
     authorization_enabled: bool = _setting(
         False, "Check every operation against the authenticated role's permissions (needs authentication)."

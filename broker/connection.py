@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from magnetar.broker import consumer_commands, lookup_commands, producer_commands
+from magnetar.broker.auth.provider import Authenticated, AuthenticationData
 from magnetar.broker.consumer import Consumer
-from magnetar.broker.errors import BrokerError
+from magnetar.broker.errors import AuthenticationError, BrokerError
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -43,6 +45,12 @@ log = logging.getLogger(__name__)
 T = pb.BaseCommand
 SERVER_VERSION = "Magnetar 0.1.0"
 MAX_PROTOCOL_VERSION = 21
+#: Frames a client may send between CONNECT and the end of its authentication (held, then handled).
+MAX_HELD_FRAMES = 1000
+#: Request id of errors that answer no request (Pulsar sends -1: all ones on the wire).
+NO_REQUEST = 2**64 - 1
+#: AUTH_CHALLENGE data asking the client for fresh credentials (Pulsar's AuthData.REFRESH_AUTH_DATA).
+REFRESH_AUTH_DATA = b"refresh"
 
 
 class ServerConnection(asyncio.Protocol):
@@ -60,6 +68,14 @@ class ServerConnection(asyncio.Protocol):
         self.handshake_done = False
         #: Role the client authenticated as (``None``: authentication is disabled); see broker/auth/.
         self.role: str | None = None
+        # Authentication (broker/auth/): CONNECT's method, frames held while it runs, credential expiry.
+        self._auth_method = ""
+        self._authenticating = False
+        self._held: list[Frame] = []
+        self._supports_auth_refresh = False
+        self._credentials_expire_at: float | None = None
+        self._challenge_pending = False
+        self._auth_refresh: asyncio.TimerHandle | None = None
         self.client_version = ""
         self.protocol_version = 0
         self.producers: dict[int, Producer] = {}
@@ -97,6 +113,9 @@ class ServerConnection(asyncio.Protocol):
         self.service.connections.discard(self)
         if self._keepalive is not None:
             self._keepalive.cancel()
+        if self._auth_refresh is not None:
+            self._auth_refresh.cancel()
+        self._held.clear()
         self.tasks.cancel()
         for watcher in self.topic_list_watchers.values():
             self.service.topic_lists.remove(watcher)
@@ -225,6 +244,9 @@ class ServerConnection(asyncio.Protocol):
             return
         kind = cmd.type
         if not self.handshake_done and kind != T.CONNECT:
+            if self._authenticating:  # sent right behind CONNECT: handled once authentication completes
+                self._hold(frame)
+                return
             log.warning("closing connection from %s: %s before CONNECT", self.peer, T.Type.Name(kind))
             self.write(commands.error(_request_id(cmd), pb.NotAllowedError, "Received command before CONNECT"))
             self.close()
@@ -299,9 +321,29 @@ class ServerConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ handshake and liveness
     def on_connect(self, cmd: T, frame: Frame) -> None:
+        authentication = self.service.authentication
+        if authentication is not None and (self.handshake_done or self._authenticating):
+            self.write(commands.error(NO_REQUEST, pb.NotAllowedError, "The connection is already established"))
+            return
         c = cmd.connect
         self.client_version = c.client_version
         self.protocol_version = min(c.protocol_version, MAX_PROTOCOL_VERSION)
+        if authentication is None:
+            self._complete_connect()
+            return
+        # As Pulsar's ServerCnx: nothing else is handled until the credentials are checked.
+        self._authenticating = True
+        self._supports_auth_refresh = c.feature_flags.supports_auth_refresh
+        if c.HasField("auth_method_name"):
+            self._auth_method = c.auth_method_name
+        elif c.HasField("auth_method"):  # legacy clients send the enum (AuthMethodYcaV1 -> "ycav1")
+            self._auth_method = pb.AuthMethod.Name(c.auth_method)[len("AuthMethod") :].lower()
+        else:
+            self._auth_method = "none"
+        data = self._authentication_data(c.auth_data if c.HasField("auth_data") else b"")
+        self.tasks.spawn(self._authenticate_connect(data), name=f"authenticate {self.peer}")
+
+    def _complete_connect(self) -> None:
         self.handshake_done = True
         self.write(
             commands.connected(
@@ -311,16 +353,114 @@ class ServerConnection(asyncio.Protocol):
                 self.config.enable_broker_topic_list_watcher,
             )
         )
-        log.debug("connection from %s: %s protocol v%d", self.peer, self.client_version, c.protocol_version)
+        log.debug("connection from %s: %s protocol v%d", self.peer, self.client_version, self.protocol_version)
+
+    def _authentication_data(self, command_data: bytes) -> AuthenticationData:
+        transport = self.transport
+        peer_certificate = transport.get_extra_info("peercert") if transport is not None else None
+        return AuthenticationData(
+            command_data=command_data, peer_certificate=peer_certificate or None, peer_address=self.peer
+        )
+
+    async def _authenticate_connect(self, data: AuthenticationData) -> None:
+        authentication = self.service.authentication
+        assert authentication is not None
+        try:
+            result = await authentication.authenticate_command(self._auth_method, data)
+        except Exception as exc:
+            self._authentication_failed("connect", exc)
+            return
+        self._authenticating = False
+        self.role = result.role
+        self._credentials_expire_at = result.expires_at
+        log.info("connection from %s authenticated as role %s (%s)", self.peer, result.role, self._auth_method)
+        self._complete_connect()
+        if authentication.provider(self._auth_method) is not None:
+            self._schedule_auth_refresh()
+        held, self._held = self._held, []
+        for frame in held:
+            if self.closed:
+                return
+            self._handle(frame)
+
+    def _hold(self, frame: Frame) -> None:
+        if len(self._held) >= MAX_HELD_FRAMES:
+            log.warning("closing connection from %s: too many commands before authentication completed", self.peer)
+            self.close()
+            return
+        self._held.append(frame)
+
+    def _authentication_failed(self, operation: str, exc: Exception) -> None:
+        """ERROR AuthenticationError and close (Pulsar 4.x tells the client no more than that; the log does)."""
+        if isinstance(exc, AuthenticationError):
+            log.warning("%s of %s (method %s) failed: %s", operation, self.peer, self._auth_method, exc)
+        else:
+            log.error("%s of %s (method %s) failed", operation, self.peer, self._auth_method, exc_info=exc)
+        self.write(commands.error(NO_REQUEST, pb.AuthenticationError, "Failed to authenticate"))
+        self.close()
+
+    # ------------------------------------------------------------------ credential refresh (AUTH_CHALLENGE)
+    def _schedule_auth_refresh(self) -> None:
+        interval = self.config.authentication_refresh_check_seconds
+        if interval > 0 and not self.closed:
+            self._auth_refresh = self.loop.call_later(interval, self._check_credentials)
+
+    def _check_credentials(self) -> None:
+        """Pulsar's refreshAuthenticationCredentials: challenge expired credentials, close on no answer."""
+        if self.closed:
+            return
+        self._schedule_auth_refresh()
+        expires_at = self._credentials_expire_at
+        if expires_at is None or time.time() < expires_at:
+            return
+        if not self._supports_auth_refresh:
+            log.warning("closing connection from %s: credentials expired, client cannot refresh them", self.peer)
+            self.close()
+        elif self._challenge_pending:
+            log.warning("closing connection from %s after timeout on refreshing auth credentials", self.peer)
+            self.close()
+        else:
+            log.info("refreshing authentication credentials of %s (role %s)", self.peer, self.role)
+            self._challenge_pending = True
+            self.write(
+                commands.auth_challenge(SERVER_VERSION, self._auth_method, REFRESH_AUTH_DATA, self.protocol_version)
+            )
+
+    def on_auth_response(self, cmd: T, frame: Frame) -> None:
+        authentication = self.service.authentication
+        if authentication is None:
+            return  # nothing was asked
+        self._challenge_pending = False
+        response = cmd.authResponse.response
+        data = self._authentication_data(response.auth_data)
+        self.tasks.spawn(self._authenticate_refresh(data), name=f"refresh authentication {self.peer}")
+
+    async def _authenticate_refresh(self, data: AuthenticationData) -> None:
+        authentication = self.service.authentication
+        assert authentication is not None
+        try:
+            result: Authenticated = await authentication.authenticate_command(self._auth_method, data)
+        except Exception as exc:
+            self._authentication_failed("authentication refresh", exc)
+            return
+        if result.role != self.role:
+            log.warning(
+                "closing connection from %s: principal cannot change during an authentication refresh "
+                "(expected %s, got %s)",
+                self.peer,
+                self.role,
+                result.role,
+            )
+            self.close()
+            return
+        self._credentials_expire_at = result.expires_at
+        log.info("refreshed authentication credentials of %s for role %s", self.peer, self.role)
 
     def on_ping(self, cmd: T, frame: Frame) -> None:
         self.write(commands.pong())
 
     def on_pong(self, cmd: T, frame: Frame) -> None:
         pass
-
-    def on_auth_response(self, cmd: T, frame: Frame) -> None:
-        pass  # authentication is not enabled
 
 
 def _storage_error_code(exc: Exception) -> pb.ServerError | None:

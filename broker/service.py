@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Any
 
+from magnetar.broker.auth.service import AuthenticationService
 from magnetar.broker.compaction import CompactionService
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
@@ -63,6 +64,8 @@ class BrokerService:
     def __init__(self, config: BrokerConfig, store: MetadataStore, ledgers: ManagedLedgerFactory) -> None:
         self.config = config
         self.listeners = parse_listeners(config)
+        #: Who clients are (None: ``authenticationEnabled`` is off); a bad key or file fails the start here.
+        self.authentication = AuthenticationService.from_config(config)
         #: Host name in this broker's own URLs (advertisedAddress or the internal listener's host).
         self.advertised_host = advertised_host(config)
         self.store = store
@@ -525,6 +528,8 @@ class BrokerService:
         await self.change_events.close()
         self.policies.close()
         self.topic_lists.close()
+        if self.authentication is not None:
+            await self.authentication.close()
         servers = [*self._extra_servers, *(s for s in (self._server, self._tls_server) if s is not None)]
         for server in servers:
             server.close()

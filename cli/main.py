@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from magnetar.cli import admin, autorecovery, bookie, initialize, standalone
+from magnetar.cli import admin, autorecovery, bookie, initialize, standalone, tokens
 from magnetar.cli import broker as broker_cli
 from magnetar.operator import cli as operator_cli
 
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     bookie.add_parser(sub)
     autorecovery.add_parser(sub)
     operator_cli.add_parser(sub)
+    tokens.add_parser(sub)
     args = parser.parse_args(argv)
     return int(args.run(args) or 0)
 

@@ -19,6 +19,7 @@ from magnetar.broker.admin import (
     topics,
 )
 from magnetar.broker.admin.api import SERVICE_KEY, error_middleware, json_response, openapi_document
+from magnetar.broker.admin.auth import authentication_middleware
 from magnetar.broker.admin.redirects import ownership_redirect
 from magnetar.broker.service import BrokerService
 
@@ -47,7 +48,9 @@ async def openapi(request: web.Request) -> web.Response:
 def build_app(service: BrokerService) -> web.Application:
     """The web application, bound to ``service``."""
     app = web.Application(
-        client_max_size=service.config.max_frame_size, middlewares=[error_middleware, ownership_redirect]
+        client_max_size=service.config.max_frame_size,
+        # Authentication first: nothing (not even a redirect to the owner) is answered to an unknown client.
+        middlewares=[authentication_middleware, error_middleware, ownership_redirect],
     )
     app[SERVICE_KEY] = service
     for module in MODULES:

@@ -25,10 +25,25 @@ async def health(request: web.Request) -> web.Response:
     responses={200: "ok", 503: "not ready"},
 )
 async def ready(request: web.Request) -> web.Response:
-    namespaces = service_of(request).namespaces
-    if namespaces is not None and not (namespaces.ready and namespaces.may_write()):
+    if not _is_ready(request):
         return json_response({"reason": "broker is not ready"}, 503)
     return web.Response(text="ok")
+
+
+def _is_ready(request: web.Request) -> bool:
+    namespaces = service_of(request).namespaces
+    return namespaces is None or (namespaces.ready and namespaces.may_write())
+
+
+@routes.get(
+    "/status.html",
+    summary="Probe for load balancers and the kubelet (Pulsar's VipStatus): open even with authentication on",
+    responses={200: "OK", 503: "not ready (a graceful shutdown began)"},
+)
+async def vip_status(request: web.Request) -> web.Response:
+    if not _is_ready(request):
+        return web.Response(status=503, text="Service Unavailable")
+    return web.Response(text="OK")
 
 
 @routes.get("/admin/v2/brokers/leaderBroker", summary="The leader broker", responses={200: "leader"})

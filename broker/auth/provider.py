@@ -54,6 +54,11 @@ class AuthenticationProvider(ABC):
     async def authenticate(self, data: AuthenticationData) -> Authenticated:
         """The role ``data`` proves, or :class:`~magnetar.broker.errors.AuthenticationError`."""
 
+    def accepts(self, data: AuthenticationData) -> bool:
+        """Whether ``data`` carries this method's kind of credentials (an HTTP request is offered to the
+        providers that accept it; one carrying none gets the anonymous role or 401)."""
+        return True
+
     async def close(self) -> None:
         """Release what the provider holds (file watchers, key caches); most hold nothing."""
         return None

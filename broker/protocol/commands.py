@@ -82,6 +82,17 @@ def connected(server_version: str, protocol_version: int, max_message_size: int,
     return encode_command(cmd)
 
 
+def auth_challenge(server_version: str, method: str, data: bytes, protocol_version: int) -> bytes:
+    """AUTH_CHALLENGE: ``data`` ``b"refresh"`` asks the client for fresh credentials (Pulsar's
+    ``AuthData.REFRESH_AUTH_DATA``)."""
+    cmd = T(type=T.AUTH_CHALLENGE)
+    cmd.authChallenge.server_version = server_version
+    cmd.authChallenge.challenge.auth_method_name = method
+    cmd.authChallenge.challenge.auth_data = data
+    cmd.authChallenge.protocol_version = protocol_version
+    return encode_command(cmd)
+
+
 def ping() -> bytes:
     return encode_command(T(type=T.PING, ping=pb.CommandPing()))
 
