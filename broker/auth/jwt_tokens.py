@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 SECRET_ALGORITHMS = {"HS256": 256, "HS384": 384, "HS512": 512}
 RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
 #: ECDSA algorithms and their curves.
-EC_ALGORITHMS = {"ES256": ec.SECP256R1, "ES384": ec.SECP384R1, "ES512": ec.SECP521R1}
+EC_ALGORITHMS: dict[str, ec.EllipticCurve] = {"ES256": ec.SECP256R1(), "ES384": ec.SECP384R1(), "ES512": ec.SECP521R1()}
 KEY_PAIR_ALGORITHMS = (*RSA_ALGORITHMS, *EC_ALGORITHMS)
 
 PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
@@ -49,7 +49,7 @@ def create_key_pair(algorithm: str = "RS256") -> tuple[bytes, bytes]:
     if algorithm in RSA_ALGORITHMS:
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     elif algorithm in EC_ALGORITHMS:
-        private = ec.generate_private_key(EC_ALGORITHMS[algorithm]())
+        private = ec.generate_private_key(EC_ALGORITHMS[algorithm])
     else:
         raise ValueError(f"The {algorithm} algorithm does not support Key Pairs.")
     private_der = private.private_bytes(
@@ -113,17 +113,20 @@ def verification_algorithms(key: bytes | PublicKey) -> list[str]:
         return [alg for alg, bits in SECRET_ALGORITHMS.items() if len(key) * 8 >= bits]
     if isinstance(key, rsa.RSAPublicKey):
         return list(RSA_ALGORITHMS)
-    return [alg for alg, curve in EC_ALGORITHMS.items() if isinstance(key.curve, curve)]
+    return [alg for alg, curve in EC_ALGORITHMS.items() if key.curve.name == curve.name]
 
 
 def signing_algorithm(key: bytes | PrivateKey, requested: str | None = None) -> str:
     """The algorithm to sign with ``key``: the strongest HMAC its length allows, the EC key's curve's, or
     ``requested`` (default RS256) for an RSA key."""
     if isinstance(key, bytes):
-        return max((alg for alg, bits in SECRET_ALGORITHMS.items() if len(key) * 8 >= bits), key=SECRET_ALGORITHMS.get)
+        return max(
+            (alg for alg, bits in SECRET_ALGORITHMS.items() if len(key) * 8 >= bits),
+            key=lambda alg: SECRET_ALGORITHMS[alg],
+        )
     if isinstance(key, ec.EllipticCurvePrivateKey):
         for alg, curve in EC_ALGORITHMS.items():
-            if isinstance(key.curve, curve):
+            if key.curve.name == curve.name:
                 return alg
         raise ValueError(f"unsupported EC curve {key.curve.name}")
     alg = requested or "RS256"
@@ -157,7 +160,7 @@ def parse_token(token: str, key: bytes | PublicKey, now: float | None = None) ->
         header = jwt.get_unverified_header(token)
         claims = jwt.decode(
             token,
-            key,  # type: ignore[arg-type]  # PyJWT accepts cryptography keys
+            key,
             algorithms=verification_algorithms(key),
             options={"verify_exp": False, "verify_aud": False, "verify_iss": False},
         )
