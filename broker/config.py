@@ -413,6 +413,14 @@ class BrokerConfig:
         "", "Token claim naming its audiences (e.g. `aud`); set with `tokenAudience` to require this broker's."
     )
     token_audience: str = _setting("", "The audience standing for this broker, required in `tokenAudienceClaim`.")
+    broker_client_authentication_plugin: str = _setting(
+        "",
+        "Credentials this broker presents to other brokers' HTTP API (bundle unloads, load shedding): "
+        "`org.apache.pulsar.client.impl.auth.AuthenticationToken` or `...AuthenticationBasic`.",
+    )
+    broker_client_authentication_parameters: str = _setting(
+        "", "Parameters of `brokerClientAuthenticationPlugin` (`token:<jwt>`, `file:///path`, JSON), as Pulsar's."
+    )
     basic_auth_conf: str = _setting(
         "",
         "htpasswd file of the `basic` provider (a path, `file:`, `data:;base64,` or `env:`): `user:hash` lines, "

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from magnetar.broker.auth.broker_client import broker_client_headers
 from magnetar.broker.broker_registry import BrokerInfo
 from magnetar.broker.tls import broker_web_target
 
@@ -80,6 +81,10 @@ class LoadManager:
         base, tls = await broker_web_target(self.config, broker.web_service_url, broker.web_service_url_tls)
         url = f"{base}/admin/v2/namespaces/{namespace}/{bundle_range}/unload"
         timeout = aiohttp.ClientTimeout(total=30)
-        async with aiohttp.ClientSession(timeout=timeout) as http, http.put(url, ssl=tls or True) as resp:
+        headers = broker_client_headers(self.config)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as http,
+            http.put(url, ssl=tls or True, headers=headers) as resp,
+        ):
             if resp.status >= 300:
                 log.warning("unloading %s on %s failed: HTTP %d", bundle_key, broker.broker_id, resp.status)

@@ -24,6 +24,7 @@ from magnetar.broker.admin.api import (
     service_of,
 )
 from magnetar.broker.admin.redirects import pick_web_url, redirect_target
+from magnetar.broker.auth.broker_client import broker_client_headers
 from magnetar.broker.bundles import Bundle, bundles_of, split_boundaries, topic_hash
 from magnetar.broker.namespace_service import NamespaceService
 from magnetar.broker.policies.documents import BundlesData
@@ -172,7 +173,8 @@ async def unload_namespace(request: web.Request) -> web.Response:
                 continue
             base, tls = await broker_web_target(service.config, owner.http_url, owner.http_url_tls)
             url = f"{base}/admin/v2/namespaces/{ns}/{bundle_range}/unload"
-            async with http.put(url, allow_redirects=False, ssl=tls or True) as resp:
+            headers = broker_client_headers(service.config)
+            async with http.put(url, allow_redirects=False, ssl=tls or True, headers=headers) as resp:
                 if resp.status >= 300:
                     raise precondition_failed(f"Unloading {bundle.key} on {owner.broker_id} failed: HTTP {resp.status}")
     return no_content()

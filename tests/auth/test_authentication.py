@@ -385,3 +385,27 @@ def test_tokens_cli_secret_key_base64_and_validate_failure(tmp_path: Path) -> No
     )
     assert done.returncode == 1
     assert "signature does not match" in done.stderr
+
+
+# ------------------------------------------------------------------------------------------- broker's own client
+def test_broker_client_credentials_accepted(auth_broker: AuthBroker, tmp_path: Path) -> None:
+    """What a broker sends other brokers (bundle unloads, shedding) passes the HTTP authentication."""
+    from magnetar.broker.auth.broker_client import broker_client_headers
+    from magnetar.broker.config import BrokerConfig
+
+    token_file = tmp_path / "broker.jwt"
+    token_file.write_text(auth_broker.token("broker") + "\n")
+    token = auth_broker.token("broker")
+    cases = [
+        ("org.apache.pulsar.client.impl.auth.AuthenticationToken", f"file://{token_file}"),
+        ("org.apache.pulsar.client.impl.auth.AuthenticationToken", f"token:{token}"),
+        ("org.apache.pulsar.client.impl.auth.AuthenticationToken", json.dumps({"token": token})),
+        ("org.apache.pulsar.client.impl.auth.AuthenticationBasic", '{"userId":"apr-user","password":"apr-pass"}'),
+        ("org.apache.pulsar.client.impl.auth.AuthenticationBasic", "userId:apr-user,password:apr-pass"),
+    ]
+    for plugin, params in cases:
+        config = BrokerConfig()
+        config.apply({"brokerClientAuthenticationPlugin": plugin, "brokerClientAuthenticationParameters": params})
+        authorization = broker_client_headers(config)["Authorization"]
+        assert auth_broker.http("/admin/v2/tenants", authorization)[0] == 200, (plugin, params)
+    assert broker_client_headers(BrokerConfig()) == {}
