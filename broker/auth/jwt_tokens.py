@@ -177,17 +177,23 @@ def parse_token(token: str, key: bytes | PublicKey, now: float | None = None) ->
         raise TokenError(f"Malformed JWT: {exc}") from None
     except jwt.InvalidTokenError as exc:
         raise TokenError(str(exc)) from None
-    exp = claims.get("exp")
-    if exp is not None:
-        if not isinstance(exp, int | float):
-            raise TokenError("Malformed JWT: the 'exp' claim is not a number")
-        current = time.time() if now is None else now
-        if exp <= current:
-            raise TokenError(
-                f"JWT expired at {_iso(exp)}. Current time: {_iso(current)}, a difference of "
-                f"{int((current - exp) * 1000)} milliseconds.  Allowed clock skew: 0 milliseconds."
-            )
+    check_expiry(claims, now)
     return header, claims
+
+
+def check_expiry(claims: dict[str, Any], now: float | None = None) -> None:
+    """:class:`TokenError` (JJWT's message) if the ``exp`` claim has passed."""
+    exp = claims.get("exp")
+    if exp is None:
+        return
+    if not isinstance(exp, int | float):
+        raise TokenError("Malformed JWT: the 'exp' claim is not a number")
+    current = time.time() if now is None else now
+    if exp <= current:
+        raise TokenError(
+            f"JWT expired at {_iso(exp)}. Current time: {_iso(current)}, a difference of "
+            f"{int((current - exp) * 1000)} milliseconds.  Allowed clock skew: 0 milliseconds."
+        )
 
 
 def decode_unverified(token: str) -> tuple[str, str]:

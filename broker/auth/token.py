@@ -9,7 +9,8 @@ name ``tokenAudience``. Failures read as Pulsar's: ``Failed to authentication to
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections import OrderedDict
+from typing import Any, ClassVar
 
 from magnetar.broker.auth import jwt_tokens
 from magnetar.broker.auth.keys import read_key_value
@@ -18,6 +19,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import AuthenticationError
 
 _BEARER = "Bearer "
+_CACHE_SIZE = 1024
 
 
 class TokenAuthenticationProvider(AuthenticationProvider):
@@ -40,6 +42,7 @@ class TokenAuthenticationProvider(AuthenticationProvider):
         self.role_claim = role_claim or "sub"
         self.audience_claim = audience_claim
         self.audience = audience
+        self._verified: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> TokenAuthenticationProvider:
@@ -70,7 +73,7 @@ class TokenAuthenticationProvider(AuthenticationProvider):
         if not token.strip():
             raise AuthenticationError("Blank token found")
         try:
-            _header, claims = jwt_tokens.parse_token(token, self.key)
+            claims = self._verified_claims(token)
         except jwt_tokens.TokenError as exc:
             raise AuthenticationError(f"Failed to authentication token: {exc}") from None
         self._check_audience(claims)
@@ -81,6 +84,20 @@ class TokenAuthenticationProvider(AuthenticationProvider):
             raise AuthenticationError(f"Failed to authentication token: no role in claim '{self.role_claim}'")
         exp = claims.get("exp")
         return Authenticated(role, float(exp) if exp is not None else None)
+
+    def _verified_claims(self, token: str) -> dict[str, Any]:
+        """The claims of ``token`` once its signature checked out (remembered: checking costs ~0.2-0.4 ms,
+        and HTTP clients send the same token with every request); expiry is checked at every use."""
+        claims = self._verified.get(token)
+        if claims is None:
+            _header, claims = jwt_tokens.parse_token(token, self.key)
+            self._verified[token] = claims
+            if len(self._verified) > _CACHE_SIZE:
+                self._verified.popitem(last=False)
+        else:
+            self._verified.move_to_end(token)
+            jwt_tokens.check_expiry(claims)
+        return claims
 
     def _check_audience(self, claims: dict[str, object]) -> None:
         if not self.audience_claim:

@@ -218,3 +218,14 @@ def test_service_refuses_bad_settings() -> None:
         _service(authenticationProviders="basic")
     with pytest.raises(ValueError):
         _service(authenticationProviders="token", tokenPublicKey="data:;base64,AAAA")
+
+
+def test_remembered_token_still_expires() -> None:
+    """A token checked once is remembered, but its expiry is checked at every use."""
+    provider = TokenAuthenticationProvider(SECRET)
+    token = jwt_tokens.create_token(SECRET, "alice", time.time() + 1.5)
+    assert run(provider.authenticate(command(token))).role == "alice"
+    assert run(provider.authenticate(http(f"Bearer {token}"))).role == "alice"  # from memory
+    time.sleep(2)
+    with pytest.raises(AuthenticationError, match="JWT expired at"):
+        run(provider.authenticate(command(token)))
