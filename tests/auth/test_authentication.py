@@ -181,6 +181,7 @@ def test_commands_sent_behind_connect_wait_for_authentication(auth_broker: AuthB
 
 # ------------------------------------------------------------------------------------------- refresh
 def test_challenge_on_expiry_and_refresh_with_fresh_token(auth_broker: AuthBroker) -> None:
+    fresh = auth_broker.token("alice", "1h")  # ready before the challenge: it must be answered within 1 s
     raw = _raw_connect(auth_broker.node.port, "token", auth_broker.token("alice", "2s").encode())
     try:
         assert raw.recv_until(T.CONNECTED)
@@ -190,7 +191,7 @@ def test_challenge_on_expiry_and_refresh_with_fresh_token(auth_broker: AuthBroke
         assert challenge.challenge.auth_data == b"refresh"
         response = T(type=T.AUTH_RESPONSE)
         response.authResponse.response.auth_method_name = "token"
-        response.authResponse.response.auth_data = auth_broker.token("alice", "1h").encode()
+        response.authResponse.response.auth_data = fresh.encode()
         raw.send(response)
         assert not raw.is_closed(timeout=3)  # several refresh checks pass: still connected
     finally:
