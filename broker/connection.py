@@ -356,10 +356,8 @@ class ServerConnection(asyncio.Protocol):
         log.debug("connection from %s: %s protocol v%d", self.peer, self.client_version, self.protocol_version)
 
     def _authentication_data(self, command_data: bytes) -> AuthenticationData:
-        transport = self.transport
-        peer_certificate = transport.get_extra_info("peercert") if transport is not None else None
         return AuthenticationData(
-            command_data=command_data, peer_certificate=peer_certificate or None, peer_address=self.peer
+            command_data=command_data, peer_certificate=self.peer_certificate, peer_address=self.peer
         )
 
     async def _authenticate_connect(self, data: AuthenticationData) -> None:

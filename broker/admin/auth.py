@@ -20,6 +20,7 @@ from aiohttp import web
 from magnetar.broker.admin.api import SERVICE_KEY, Handler, json_response
 from magnetar.broker.auth.provider import ROLE_KEY, AuthenticationData
 from magnetar.broker.errors import AuthenticationError
+from magnetar.broker.tls import request_peer_certificate
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,10 @@ async def authentication_middleware(request: web.Request, handler: Handler) -> w
     authentication = service.authentication
     if authentication is None or _is_open(request.path, service.config.authenticate_metrics_endpoint):
         return await handler(request)
-    transport = request.transport
-    peer_certificate = transport.get_extra_info("peercert") if transport is not None else None
     data = AuthenticationData(
-        http_headers=request.headers, peer_certificate=peer_certificate or None, peer_address=request.remote or ""
+        http_headers=request.headers,
+        peer_certificate=request_peer_certificate(request),
+        peer_address=request.remote or "",
     )
     try:
         authenticated = await authentication.authenticate_http(data)
