@@ -274,7 +274,9 @@ def test_official_client_with_stale_supplier_is_disconnected(auth_broker: AuthBr
             time.sleep(0.5)
     finally:
         client.close()
-    assert "authentication refresh of" in auth_broker.node.log()
+    log = auth_broker.node.log()
+    # Refused when it answered with the expired token (or, on a loaded machine, closed for answering late).
+    assert "authentication refresh of" in log or "after timeout on refreshing auth credentials" in log
 
 
 def _publishers(broker: AuthBroker, topic: str) -> int:
