@@ -65,7 +65,7 @@ def test_client_certificate_is_the_role(mtls_broker: AuthTlsStandalone, pki: Pki
         produce_consume(client, topic_name)
     finally:
         client.close()
-    assert "authenticated as role svc-orders (tls)" in mtls_broker.log()
+    assert "authenticated as role svc-orders (tls)" in mtls_broker.log_path.read_text(errors="replace")
 
 
 def test_tls_without_client_certificate_refused(mtls_broker: AuthTlsStandalone, pki: Pki, topic_name: str) -> None:
