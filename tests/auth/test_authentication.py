@@ -199,6 +199,22 @@ def test_challenge_on_expiry_and_refresh_with_fresh_token(auth_broker: AuthBroke
         raw.close()
 
 
+def test_role_change_on_refresh_closes(auth_broker: AuthBroker) -> None:
+    other_role = auth_broker.token("mallory", "1h")
+    raw = _raw_connect(auth_broker.node.port, "token", auth_broker.token("alice", "2s").encode())
+    try:
+        assert raw.recv_until(T.CONNECTED)
+        raw.sock.settimeout(8)
+        raw.recv_until(T.AUTH_CHALLENGE)
+        response = T(type=T.AUTH_RESPONSE)
+        response.authResponse.response.auth_method_name = "token"
+        response.authResponse.response.auth_data = other_role.encode()
+        raw.send(response)
+        assert raw.is_closed()  # the principal cannot change during a refresh
+    finally:
+        raw.close()
+
+
 def test_expired_answer_to_challenge_closes(auth_broker: AuthBroker) -> None:
     token = auth_broker.token("alice", "2s")
     raw = _raw_connect(auth_broker.node.port, "token", token.encode())
@@ -337,7 +353,7 @@ def test_probe_and_metrics_open(auth_broker: AuthBroker) -> None:
 
 
 # ------------------------------------------------------------------------------------------- key pair + CLI
-def test_key_pair_broker_and_cli_round_trip(tmp_path: Path, topic_name: str) -> None:
+def test_key_pair_broker_anonymous_role_and_cli_round_trip(tmp_path: Path, topic_name: str) -> None:
     private, public = tmp_path / "private.key", tmp_path / "public.key"
     tokens_cli("create-key-pair", "--output-private-key", str(private), "--output-public-key", str(public))
     token = tokens_cli("create", "--private-key", f"file://{private}", "--subject", "svc", "--expiry-time", "1h")
@@ -352,6 +368,8 @@ def test_key_pair_broker_and_cli_round_trip(tmp_path: Path, topic_name: str) -> 
             "authenticationEnabled": "true",
             "authenticationProviders": "token",
             "tokenPublicKey": "data:;base64," + base64.b64encode(public.read_bytes()).decode(),
+            "anonymousUserRole": "anonymous",
+            "authenticateMetricsEndpoint": "true",
         },
     )
     node.start()
@@ -362,6 +380,17 @@ def test_key_pair_broker_and_cli_round_trip(tmp_path: Path, topic_name: str) -> 
             produce_consume(client, topic_name)
         finally:
             client.close()
+        client = broker.client()  # no credentials: the anonymous role
+        try:
+            produce_consume(client, topic_name + "-anonymous")
+        finally:
+            client.close()
+        log = node.log_path.read_text(errors="replace")
+        assert "authenticated as role svc (token)" in log
+        assert "authenticated as role anonymous (none)" in log
+        assert broker.http("/admin/v2/tenants")[0] == 200
+        assert broker.http("/metrics", f"Bearer {forged}")[0] == 401  # authenticateMetricsEndpoint=true
+        assert broker.http("/metrics", f"Bearer {token}")[0] == 200
         client = broker.client(pulsar.AuthenticationToken(forged), timeout=3)
         try:
             with pytest.raises(pulsar.PulsarException):
