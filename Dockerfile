@@ -43,12 +43,13 @@ LABEL org.opencontainers.image.title="magnetar" \
       org.opencontainers.image.licenses="Apache-2.0"
 
 # HEALTHCHECK_URL is what HEALTHCHECK probes. The default fits `standalone` and `broker` on the
-# default HTTP port; for the operator set it to the kopf liveness URL (http://127.0.0.1:8080/healthz).
+# default HTTP port (/status.html answers without credentials, also with authentication on); for the
+# operator set it to the kopf liveness URL (http://127.0.0.1:8080/healthz).
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
-    HEALTHCHECK_URL=http://127.0.0.1:8080/admin/v2/brokers/health
+    HEALTHCHECK_URL=http://127.0.0.1:8080/status.html
 
 # A fixed numeric UID/GID: Kubernetes can only enforce runAsNonRoot against a numeric USER, and
 # volume ownership (fsGroup) is predictable across image rebuilds.
