@@ -104,3 +104,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident set size (VmRSS) summed over the process tree rooted at ``root``, in bytes."""
+    total = 0
+    for pid in process_tree(root):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+    return total

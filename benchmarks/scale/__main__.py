@@ -1,0 +1,7 @@
+"""``python -m benchmarks.scale``."""
+
+import sys
+
+from benchmarks.scale.main import main
+
+sys.exit(main())
