@@ -1,6 +1,6 @@
 """PNG plots of scale results (matplotlib, Agg backend).
 
-    python -m benchmarks.scale.plots RESULTS.json OUT_DIR    # redraw from a --json file
+python -m benchmarks.scale.plots RESULTS.json OUT_DIR    # redraw from a --json file
 """
 
 from __future__ import annotations

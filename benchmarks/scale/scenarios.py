@@ -179,7 +179,7 @@ class Scale:
     # -- the measurements ------------------------------------------------------------------------
 
     def topics(self, log: Callable[[str], None]) -> list[dict[str, Any]]:
-        ""X""
+        """Grow to each topic count (idle producer + consumer per topic); RSS, idle CPU, publish cost."""
         rss0 = self.rss()
         points: list[dict[str, Any]] = []
         created = 0
