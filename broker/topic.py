@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -74,7 +73,8 @@ class PersistentTopic:
         self.exclusive_producer: Producer | None = None
         epoch = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
         self.topic_epoch: int | None = int(epoch) if epoch is not None else None
-        self._exclusive_waiters: deque[tuple[Producer, asyncio.Future[None]]] = deque()
+        # A list, not a deque: rarely used, and an empty deque costs 760 bytes on every topic.
+        self._exclusive_waiters: list[tuple[Producer, asyncio.Future[None]]] = []
         self.closed = False
         self._loop = asyncio.get_running_loop()
         #: Publishes being persisted (one task per entry for now).
@@ -208,7 +208,7 @@ class PersistentTopic:
 
     def _grant_next_waiter(self) -> None:
         while self._exclusive_waiters and not self.producers and self.exclusive_producer is None:
-            producer, waiter = self._exclusive_waiters.popleft()
+            producer, waiter = self._exclusive_waiters.pop(0)
             if not producer.closed and not waiter.done():
                 waiter.set_result(None)
                 return

@@ -41,7 +41,9 @@ class TaskSet:
         self.name = name
         self._expected = expected
         self._log = logger or log
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # Made on the first spawn and dropped when empty again: most sets (one per topic, ledger,
+        # dispatcher...) are empty most of the time, and an empty set costs 216 bytes.
+        self._tasks: set[asyncio.Task[Any]] | None = None
         #: Tasks of :meth:`spawn_batched`, finished ones included until the next sweep.
         self._batch: list[asyncio.Task[Any]] = []
         self._sweep_at = _SWEEP_MIN
@@ -49,7 +51,7 @@ class TaskSet:
 
     def __len__(self) -> int:
         """Tasks still running."""
-        return len(self._tasks) + sum(1 for t in self._batch if not t.done())
+        return len(self._tasks or ()) + sum(1 for t in self._batch if not t.done())
 
     @property
     def closed(self) -> bool:
@@ -66,6 +68,8 @@ class TaskSet:
         if self._closed:
             task.cancel()
             return task
+        if self._tasks is None:
+            self._tasks = set()
         self._tasks.add(task)
         task.add_done_callback(self._done)
         return task
@@ -96,7 +100,10 @@ class TaskSet:
         self._sweep_at = max(_SWEEP_MIN, 2 * len(live))
 
     def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        if self._tasks is not None:
+            self._tasks.discard(task)
+            if not self._tasks:
+                self._tasks = None
         self._report(task)
 
     def _report(self, task: asyncio.Task[Any]) -> None:
@@ -114,7 +121,7 @@ class TaskSet:
         """Cancel every task now and refuse new ones (for owners that close synchronously)."""
         self._closed = True
         current = _current_task()
-        for task in (*self._tasks, *self._batch):
+        for task in (*(self._tasks or ()), *self._batch):
             if task is not current:  # a task of this set may be closing its owner
                 task.cancel()
 
@@ -122,7 +129,7 @@ class TaskSet:
         """Cancel every task and wait up to ``grace`` seconds for them to finish."""
         self.cancel()
         current = _current_task()
-        pending = [t for t in (*self._tasks, *self._batch) if not t.done() and t is not current]
+        pending = [t for t in (*(self._tasks or ()), *self._batch) if not t.done() and t is not current]
         still: set[asyncio.Task[Any]] = set()
         if pending:
             _, still = await asyncio.wait(pending, timeout=grace)

@@ -135,8 +135,9 @@ class LedgerWriteHandle(WriteHandle):
         self._closed = False
         self._reader = EntryReader(ctx, ledger_id, metadata)
         self._set_ensemble(metadata.ensembles[-1][1])
+        # Armed while adds are pending (or slots wait for a replacement), not for the whole life of the
+        # handle: an idle topic costs no timer and no wakeups.
         self._timer: asyncio.TimerHandle | None = None
-        self._arm_timer()
 
     def _set_ensemble(self, bookies: list[str]) -> None:
         self._clients: list[BookieClient] = [self._client_of(a) for a in bookies]
@@ -188,6 +189,8 @@ class LedgerWriteHandle(WriteHandle):
         self._pending_length = total
         op = _PendingAdd(eid, digest.frame(self.ledger_id, eid, total, data), total, self._loop.create_future())
         self._pending.append(op)
+        if self._timer is None:
+            self._arm_timer()
         self._send(op)
         return op.future
 
@@ -307,6 +310,8 @@ class LedgerWriteHandle(WriteHandle):
             exc,
         )
         self._start_change()
+        if self._timer is None:  # degraded: retried from the timer (see _check_timeouts)
+            self._arm_timer()
 
     def _start_change(self) -> None:
         # While closing, only pending adds still need the ensemble; the seal needs none.
@@ -471,7 +476,10 @@ class LedgerWriteHandle(WriteHandle):
                         self._on_bookie_failure(idx, TimeoutError(f"add of entry {op.entry_id} timed out"))
         if self._failed and self._change_task is None and self._error is None:
             self._start_change()  # degraded: a bookie may have become writable since
-        self._arm_timer()
+        if self._pending or self._failed:
+            self._arm_timer()
+        else:
+            self._timer = None
 
     # ---------------------------------------------------------------- reads
 

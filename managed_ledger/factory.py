@@ -65,6 +65,9 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         self._dirty: set[ManagedCursorImpl] = set()
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flush_deadline = 0.0
+        # One periodic trim check for all ledgers (as Pulsar's broker-wide consumed-ledgers monitor),
+        # not a timer per ledger: armed with the first open.
+        self._trim_timer: asyncio.TimerHandle | None = None
         self._tasks = TaskSet("managed ledger factory")
         #: Number of group flushes run (for tests and metrics).
         self.cursor_flushes = 0
@@ -96,6 +99,8 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
                 await ml.shutdown(seal=False)
                 raise
             self._ledgers[name] = ml
+            if self._trim_timer is None and self.trim_interval_seconds > 0:
+                self._trim_timer = asyncio.get_running_loop().call_later(self.trim_interval_seconds, self._on_trim)
             fut.set_result(ml)
             return ml
         except MetadataError as e:
@@ -137,10 +142,19 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         for ml, r in zip(mls, results, strict=True):
             if isinstance(r, Exception):
                 log.warning("closing %s failed: %s", ml.name, r)
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
+        for timer in (self._flush_timer, self._trim_timer):
+            if timer is not None:
+                timer.cancel()
+        self._flush_timer = self._trim_timer = None
         await self._tasks.close()
+
+    def _on_trim(self) -> None:
+        self._trim_timer = None
+        if self._closed:
+            return
+        for ml in list(self._ledgers.values()):
+            ml.check_trim()
+        self._trim_timer = asyncio.get_running_loop().call_later(self.trim_interval_seconds, self._on_trim)
 
     def forget(self, ml: ManagedLedgerImpl) -> None:
         """``ml`` closed or was deleted: stop listing it."""

@@ -86,7 +86,6 @@ class ManagedLedgerImpl(ManagedLedger):
         #: Property writes in flight, kept until they end (see ``set_properties``).
         self._property_writes: set[asyncio.Task[None]] = set()
         self._trim_timer: asyncio.TimerHandle | None = None
-        self._periodic_timer: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._cache = factory.cache.for_ledger(name, self._slowest_reader)
         self._reader = EntryReader(self._storage, self._cache, self._writer, self._ledgers.__contains__)
@@ -203,7 +202,6 @@ class ManagedLedgerImpl(ManagedLedger):
         await self._recover_cursors()
         self._state = State.OPEN
         self._writer.start()
-        self._schedule_periodic()
         self._schedule_trim(0.0)
         log.debug("opened managed ledger %s: ledgers=%s lac=%s", self.name, self._ledger_ids, self._last_confirmed)
 
@@ -568,15 +566,9 @@ class ManagedLedgerImpl(ManagedLedger):
         if self._state is State.OPEN:
             self._storage.spawn(self.trim())
 
-    def _schedule_periodic(self) -> None:
-        interval = self._factory.trim_interval_seconds
-        if interval > 0 and self._state is State.OPEN:
-            self._periodic_timer = self._loop.call_later(interval, self._on_periodic)
-
-    def _on_periodic(self) -> None:
-        self._periodic_timer = None
+    def check_trim(self) -> None:
+        """Trim what retention allows now (the factory's periodic check, for retention by time)."""
         self._schedule_trim(0.0)
-        self._schedule_periodic()
 
     def _trim_candidates(self) -> list[int]:
         durable = [c.mark_delete_position for c in self._cursors.values() if c.durable]
@@ -663,11 +655,9 @@ class ManagedLedgerImpl(ManagedLedger):
         self._cancel_timers()
 
     def _cancel_timers(self) -> None:
-        for attr in ("_trim_timer", "_periodic_timer"):
-            timer = getattr(self, attr)
-            if timer is not None:
-                timer.cancel()
-                setattr(self, attr, None)
+        if self._trim_timer is not None:
+            self._trim_timer.cancel()
+            self._trim_timer = None
 
     async def close(self) -> None:
         await self.shutdown(seal=True)
