@@ -306,6 +306,14 @@ class BrokerConfig:
     managed_ledger_max_batch_deleted_index_to_persist: int = _setting(
         10000, "Partly acked batches whose index state is persisted per cursor; more are kept in memory only."
     )
+    managed_ledger_cache_size_mb: int = _setting(
+        64,
+        "Entry cache of recently added entries, shared by all topics, in MiB; counts each entry's "
+        "in-memory overhead, not only its payload (Magnetar's own default; Pulsar's is a share of direct memory).",
+    )
+    managed_ledger_cache_eviction_time_threshold_millis: int = _setting(
+        1000, "Cached entries are evicted after one to two of this (0: only the cache size evicts)."
+    )
     managed_ledger_cursor_flush_interval_ms: int = _setting(
         100, "Cursor acks are persisted in groups at this interval; ACKs with a receipt wait for it (Magnetar's own)."
     )

@@ -92,7 +92,12 @@ class BrokerNode:
         config = self.config
         ledger_client = BookieLedgerClient(store, registry)
         self.on_close(ledger_client.close)
-        factory = ManagedLedgerFactoryImpl(store, ledger_client)
+        factory = ManagedLedgerFactoryImpl(
+            store,
+            ledger_client,
+            cache_size_bytes=config.managed_ledger_cache_size_mb * 1024 * 1024,
+            cache_eviction_seconds=config.managed_ledger_cache_eviction_time_threshold_millis / 1000,
+        )
         self.on_close(factory.close)
         service = BrokerService(config, store, factory)
         self.service = service

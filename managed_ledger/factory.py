@@ -38,6 +38,8 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
       client bounds those itself).
     * ``trim_interval_seconds``: periodic trim check (retention by time); ``0`` disables it.
     * ``trim_delay_seconds``: debounce between a mark-delete move or rollover and the trim it triggers.
+    * ``cache_eviction_seconds``: cached entries age out after one to two of these (``0``: only the
+      size bound evicts).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         op_timeout_seconds: float = 30.0,
         trim_interval_seconds: float = 60.0,
         trim_delay_seconds: float = 0.1,
+        cache_eviction_seconds: float = 0.0,
         default_config: ManagedLedgerConfig | None = None,
     ) -> None:
         self.store = store
@@ -57,6 +60,8 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         self.op_timeout_seconds = op_timeout_seconds
         self.trim_interval_seconds = trim_interval_seconds
         self.trim_delay_seconds = trim_delay_seconds
+        self.cache_eviction_seconds = cache_eviction_seconds
+        self._age_timer: asyncio.TimerHandle | None = None
         self.default_config = default_config or ManagedLedgerConfig()
         self._ledgers: dict[str, ManagedLedgerImpl] = {}
         self._opening: dict[str, asyncio.Future[ManagedLedgerImpl]] = {}
@@ -99,8 +104,11 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
                 await ml.shutdown(seal=False)
                 raise
             self._ledgers[name] = ml
+            loop = asyncio.get_running_loop()
             if self._trim_timer is None and self.trim_interval_seconds > 0:
-                self._trim_timer = asyncio.get_running_loop().call_later(self.trim_interval_seconds, self._on_trim)
+                self._trim_timer = loop.call_later(self.trim_interval_seconds, self._on_trim)
+            if self._age_timer is None and self.cache_eviction_seconds > 0:
+                self._age_timer = loop.call_later(self.cache_eviction_seconds, self._on_age)
             fut.set_result(ml)
             return ml
         except MetadataError as e:
@@ -142,11 +150,18 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         for ml, r in zip(mls, results, strict=True):
             if isinstance(r, Exception):
                 log.warning("closing %s failed: %s", ml.name, r)
-        for timer in (self._flush_timer, self._trim_timer):
+        for timer in (self._flush_timer, self._trim_timer, self._age_timer):
             if timer is not None:
                 timer.cancel()
-        self._flush_timer = self._trim_timer = None
+        self._flush_timer = self._trim_timer = self._age_timer = None
         await self._tasks.close()
+
+    def _on_age(self) -> None:
+        self._age_timer = None
+        if self._closed:
+            return
+        self.cache.age_out()
+        self._age_timer = asyncio.get_running_loop().call_later(self.cache_eviction_seconds, self._on_age)
 
     def _on_trim(self) -> None:
         self._trim_timer = None

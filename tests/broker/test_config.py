@@ -52,19 +52,19 @@ def test_markdown_command_prints_the_table() -> None:
 
 def test_unknown_names_are_kept_and_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     conf = tmp_path / "broker.conf"
-    conf.write_text("zookeeperServers=zk:2181\nmaxProducersPerTopic=3\nmanagedLedgerCacheSizeMB=512\n")
+    conf.write_text("zookeeperServers=zk:2181\nmaxProducersPerTopic=3\nmanagedLedgerCacheCopyEntries=true\n")
     env = {"MAGNETAR_tlsEnabled": "false", "MAGNETAR_LOG_LEVEL": "DEBUG", "MAGNETAR_ttlDurationDefaultInSeconds": "9"}
     with caplog.at_level(logging.WARNING, logger="magnetar.broker.config"):
         config = load_config(str(conf), {"zookeeperServers": "again"}, env=env)
     assert config.max_producers_per_topic == 3
     assert config.ttl_duration_default_in_seconds == 9
-    assert config.extra == {"zookeeperServers": "again", "managedLedgerCacheSizeMB": "512", "tlsEnabled": "false"}
+    assert config.extra == {"zookeeperServers": "again", "managedLedgerCacheCopyEntries": "true", "tlsEnabled": "false"}
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
-    assert "managedLedgerCacheSizeMB, tlsEnabled, zookeeperServers" in warnings[0]
+    assert "managedLedgerCacheCopyEntries, tlsEnabled, zookeeperServers" in warnings[0]
     assert "LOG_LEVEL" not in warnings[0]
     # Unknown names still show in the admin API's configuration listing, as given.
-    assert config.to_pulsar_dict()["managedLedgerCacheSizeMB"] == "512"
+    assert config.to_pulsar_dict()["managedLedgerCacheCopyEntries"] == "true"
 
 
 def test_values_are_coerced_to_the_field_type() -> None:
@@ -113,3 +113,10 @@ def test_no_code_reads_settings_by_name() -> None:
         if pattern.search(line)
     ]
     assert offenders == []
+
+
+def test_entry_cache_settings_take_pulsars_names() -> None:
+    config = BrokerConfig()
+    assert config.apply({"managedLedgerCacheSizeMB": "16", "managedLedgerCacheEvictionTimeThresholdMillis": "0"}) == []
+    assert config.managed_ledger_cache_size_mb == 16
+    assert config.managed_ledger_cache_eviction_time_threshold_millis == 0

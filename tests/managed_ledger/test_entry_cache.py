@@ -7,7 +7,7 @@ from magnetar.managed_ledger.cache import EntryCache
 
 
 def test_evicts_entries_read_by_everyone_first() -> None:
-    cache = EntryCache(max_bytes=1000)
+    cache = EntryCache(max_bytes=1000, entry_overhead=0)
     slow = {"a": P(1, 5), "b": P(1, 0)}
     a = cache.for_ledger("a", lambda: slow["a"])
     b = cache.for_ledger("b", lambda: slow["b"])
@@ -21,7 +21,7 @@ def test_evicts_entries_read_by_everyone_first() -> None:
 
 
 def test_oldest_of_biggest_when_nothing_is_read() -> None:
-    cache = EntryCache(max_bytes=1000)
+    cache = EntryCache(max_bytes=1000, entry_overhead=0)
     a = cache.for_ledger("a", lambda: P(0, 0))
     b = cache.for_ledger("b", lambda: None)  # no open cursor: nobody will read these
     for i in range(9):
@@ -39,10 +39,39 @@ def test_oldest_of_biggest_when_nothing_is_read() -> None:
 
 
 def test_closing_a_replaced_slice_keeps_its_successor() -> None:
-    cache = EntryCache(max_bytes=1000)
+    cache = EntryCache(max_bytes=1000, entry_overhead=0)
     old = cache.for_ledger("t", lambda: None)
     new = cache.for_ledger("t", lambda: None)  # the ledger was reopened
     old.close()  # the old instance's late close must not detach the new slice
     for i in range(11):
         new.insert(P(1, i), b"x" * 100)
     assert cache.size <= 850  # the new slice is still managed, so eviction reached it
+
+
+def test_budget_counts_each_entrys_overhead() -> None:
+    # 100-byte payloads cost ~330 bytes each in memory: ten of them exceed a 2000-byte budget.
+    cache = EntryCache(max_bytes=2000, entry_overhead=230)
+    a = cache.for_ledger("a", lambda: None)
+    for i in range(4):
+        a.insert(P(1, i), b"x" * 100)
+    assert cache.size == 4 * 330
+    for i in range(4, 10):
+        a.insert(P(1, i), b"x" * 100)
+    assert cache.size <= 2000
+    a.clear()
+    assert cache.size == 0
+
+
+def test_age_out_drops_what_the_previous_call_saw() -> None:
+    cache = EntryCache(max_bytes=1 << 20, entry_overhead=0)
+    a = cache.for_ledger("a", lambda: P(1, 0))
+    b = cache.for_ledger("b", lambda: P(1, 0))
+    a.insert(P(1, 0), b"old")
+    cache.age_out()  # marks: nothing dropped yet
+    assert a.get(P(1, 0)) == b"old"
+    a.insert(P(1, 1), b"new")
+    b.insert(P(1, 0), b"b0")
+    cache.age_out()  # drops a's entries up to the mark; b's first one survives its first call
+    assert a.get(P(1, 0)) is None and a.get(P(1, 1)) == b"new" and b.get(P(1, 0)) == b"b0"
+    cache.age_out()
+    assert len(a) == 0 and len(b) == 0 and cache.size == 0
