@@ -72,6 +72,8 @@ def plot_all(report: dict[str, Any], outdir: Path) -> list[Path]:
             continue
         fig, axes = plt.subplots(1, len(data), figsize=(5 * len(data), 3.6), squeeze=False)
         for ax, (series, x, label) in zip(axes[0], data, strict=True):
+            if label.startswith("KiB per topic"):
+                ax.axhline(10, color="grey", linestyle="--", label="issue 19 target")
             axis(ax, series, x, label, logx=True)
         save(fig, name, title)
     return written
