@@ -438,7 +438,10 @@ class BrokerConfig:
     authorization_enabled: bool = _setting(
         False, "Check every operation against the authenticated role's permissions (needs authentication)."
     )
-    superuser_roles: str = _setting("", "Comma list of roles allowed every operation (and to administer tenants).")
+    super_user_roles: str = _setting("", "Comma list of roles allowed every operation (and to administer tenants).")
+    authorization_allow_wildcards_matching: bool = _setting(
+        False, "Let a permission granted to `prefix*` or `*suffix` match roles by prefix or suffix."
+    )
     #: Settings given that Magnetar does not know, kept verbatim (the admin API's configuration lists them).
     extra: dict[str, str] = field(default_factory=dict, metadata={"internal": True})
 

@@ -10,6 +10,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from magnetar.broker.auth.authorization import TopicOperation
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.errors import (
     BrokerError,
@@ -49,6 +50,9 @@ def on_subscribe(conn: ServerConnection, cmd: T, frame: Frame) -> None:
         if not r.subscription:
             raise InvalidTopicNameError("Empty subscription name")
         name = TopicName.parse(r.topic)
+        await conn.service.authorization.check_topic(
+            name, conn.role, TopicOperation.SUBSCRIBE, r.subscription, message="Client is not authorized to subscribe"
+        )
         topic = await conn.service.get_topic(name, create=r.force_topic_creation)
         await conn.service.schemas.for_consumer(name, r.schema if r.HasField("schema") else None)
         if r.read_compacted:
@@ -90,6 +94,14 @@ def _consumer(conn: ServerConnection, consumer_id: int) -> Consumer:
     if consumer is None:
         raise BrokerError(f"Consumer {consumer_id} not found", pb.ConsumerNotFound)
     return consumer
+
+
+async def _check_consumer(conn: ServerConnection, consumer: Consumer, operation: TopicOperation) -> None:
+    """A consumer's rights are re-checked for the commands that change its subscription."""
+    sub = consumer.subscription
+    await conn.service.authorization.check_topic(
+        sub.topic.name, conn.role, operation, sub.name, message=f"Client is not authorized to {operation.lower()}"
+    )
 
 
 def on_flow(conn: ServerConnection, cmd: T, frame: Frame) -> None:
@@ -156,6 +168,7 @@ def on_unsubscribe(conn: ServerConnection, cmd: T, frame: Frame) -> None:
 
     async def work() -> None:
         consumer = _consumer(conn, r.consumer_id)
+        await _check_consumer(conn, consumer, TopicOperation.UNSUBSCRIBE)
         await consumer.subscription.unsubscribe(consumer, r.force)
         conn.consumers.pop(r.consumer_id, None)
         conn.write(commands.success(r.request_id))
@@ -180,6 +193,7 @@ def on_seek(conn: ServerConnection, cmd: T, frame: Frame) -> None:
 
     async def work() -> None:
         consumer = _consumer(conn, r.consumer_id)
+        await _check_consumer(conn, consumer, TopicOperation.RESET_CURSOR)
         sub = consumer.subscription
         topic = sub.topic
         if not topic.name.persistent:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from magnetar.broker.auth.authorization import NamespaceOperation, TopicOperation
 from magnetar.broker.errors import (
     NotAllowedError,
     ServiceNotReadyError,
@@ -37,6 +38,9 @@ def on_partitioned_metadata(conn: ServerConnection, cmd: T, frame: Frame) -> Non
 
     async def work() -> None:
         topic = TopicName.parse(r.topic)
+        await conn.service.authorization.check_topic(
+            topic, conn.role, TopicOperation.LOOKUP, message="Client is not authorized to Get Partition Metadata"
+        )
         partitions = await conn.service.partitioned_metadata(topic, r.metadata_auto_creation_enabled)
         conn.write(commands.partitioned_metadata(r.request_id, partitions))
 
@@ -48,6 +52,9 @@ def on_lookup(conn: ServerConnection, cmd: T, frame: Frame) -> None:
 
     async def work() -> None:
         topic = TopicName.parse(r.topic)
+        await conn.service.authorization.check_topic(
+            topic, conn.role, TopicOperation.LOOKUP, message="Client is not authorized to Lookup"
+        )
         # As Pulsar: the client's listener name, else the one of the socket it came in on.
         name = r.advertised_listener_name if r.advertised_listener_name.strip() else conn.listener_name
         answer = await conn.service.lookup(topic, r.authoritative, name)
@@ -64,6 +71,7 @@ def on_get_topics_of_namespace(conn: ServerConnection, cmd: T, frame: Frame) -> 
     r = cmd.getTopicsOfNamespace
 
     async def work() -> None:
+        await _check_namespace_listing(conn, r.namespace)
         topics = without_system_topics(await conn.service.list_topics(r.namespace, r.mode))
         filtered = False
         if r.HasField("topics_pattern") and r.topics_pattern:
@@ -101,6 +109,7 @@ def on_watch_topic_list(conn: ServerConnection, cmd: T, frame: Frame) -> None:
 
     async def work() -> None:
         try:
+            await _check_namespace_listing(conn, r.namespace)
             # Watch before listing: a topic created meanwhile is reported once the list is in.
             conn.service.topic_lists.add(watcher)
             topics = await conn.service.list_topics(r.namespace, pb.CommandGetTopicsOfNamespace.PERSISTENT)
@@ -126,6 +135,12 @@ def on_watch_topic_list_close(conn: ServerConnection, cmd: T, frame: Frame) -> N
     conn.write(commands.success(r.request_id))
 
 
+async def _check_namespace_listing(conn: ServerConnection, namespace: str) -> None:
+    await conn.service.authorization.check_namespace(
+        namespace, conn.role, NamespaceOperation.GET_TOPICS, message="Client is not authorized to GetTopicsOfNamespace"
+    )
+
+
 def _forget_topic_list_watcher(conn: ServerConnection, watcher: TopicListWatcher) -> None:
     if conn.topic_list_watchers.get(watcher.watcher_id) is watcher:
         del conn.topic_list_watchers[watcher.watcher_id]
@@ -143,6 +158,9 @@ def on_get_schema(conn: ServerConnection, cmd: T, frame: Frame) -> None:
 
     async def work() -> None:
         name = TopicName.parse(r.topic)
+        await conn.service.authorization.check_topic(
+            name, conn.role, TopicOperation.GET_SCHEMA, message="Client is not authorized to GetSchema"
+        )
         version = r.schema_version if r.HasField("schema_version") else None
         found = await conn.service.schemas.get_schema(name, version)
         if found is None:
@@ -161,7 +179,11 @@ def on_get_or_create_schema(conn: ServerConnection, cmd: T, frame: Frame) -> Non
     r = cmd.getOrCreateSchema
 
     async def work() -> None:
-        version = await conn.service.schemas.add_schema(TopicName.parse(r.topic), r.schema)
+        name = TopicName.parse(r.topic)
+        await conn.service.authorization.check_topic(
+            name, conn.role, TopicOperation.PRODUCE, message="Client is not authorized to GetOrCreateSchema"
+        )
+        version = await conn.service.schemas.add_schema(name, r.schema)
         conn.write(commands.get_or_create_schema_response(r.request_id, version))
 
     conn.spawn_request(

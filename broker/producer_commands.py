@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from magnetar.broker.auth.authorization import TopicOperation
 from magnetar.broker.errors import (
     BrokerError,
     ProducerBusyError,
@@ -49,6 +50,9 @@ def on_producer(conn: ServerConnection, cmd: T, frame: Frame) -> None:
                 return
             raise ProducerBusyError("Producer id is already used on this connection")
         name = TopicName.parse(r.topic)
+        await conn.service.authorization.check_topic(
+            name, conn.role, TopicOperation.PRODUCE, message="Client is not authorized to Produce"
+        )
         topic = await conn.service.get_topic(name, create=True)
         schema_version = await conn.service.schemas.for_producer(name, r.schema if r.HasField("schema") else None)
         user_named = r.HasField("producer_name") and bool(r.producer_name)

@@ -12,6 +12,8 @@ import time
 from typing import Any
 
 from magnetar.broker.auth.service import AuthenticationService
+from magnetar.broker.auth.authorization import AuthorizationService
+from magnetar.broker.auth.live import LivePermissions
 from magnetar.broker.compaction import CompactionService
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection
@@ -76,6 +78,9 @@ class BrokerService:
         self.compaction = CompactionService(self)
         self.change_events = ChangeEvents(self)
         self.policies.add_listener(self._on_policies_changed)
+        #: What each authenticated role may do; live producers and consumers are re-checked on changes.
+        self.authorization = AuthorizationService(config, store, self.policies)
+        self.live_permissions = LivePermissions(self)
         self.housekeeper = Housekeeper(self)
         #: Bookie auto-recovery running in this broker (cluster mode), for its status and metrics.
         self.auto_recovery: Any = None
@@ -526,6 +531,7 @@ class BrokerService:
         await self.housekeeper.close()
         await self.compaction.close()
         await self.change_events.close()
+        self.authorization.close()
         self.policies.close()
         self.topic_lists.close()
         if self.authentication is not None:

@@ -12,12 +12,14 @@ from magnetar.broker.admin import (
     lookup,
     metrics,
     namespaces,
+    permissions,
     schemas,
     subscriptions,
     tenants,
     topic_policies,
     topics,
 )
+from magnetar.broker.admin.access import authorization_middleware
 from magnetar.broker.admin.api import SERVICE_KEY, error_middleware, json_response, openapi_document
 from magnetar.broker.admin.auth import authentication_middleware
 from magnetar.broker.admin.redirects import ownership_redirect
@@ -35,6 +37,7 @@ MODULES = [
     tenants,
     namespaces,
     topic_policies,
+    permissions,
     schemas,
     compaction,
 ]
@@ -49,8 +52,9 @@ def build_app(service: BrokerService) -> web.Application:
     """The web application, bound to ``service``."""
     app = web.Application(
         client_max_size=service.config.max_frame_size,
-        # Authentication first: nothing (not even a redirect to the owner) is answered to an unknown client.
-        middlewares=[authentication_middleware, error_middleware, ownership_redirect],
+        # Authentication first: nothing (not even a redirect to the owner) is answered to an unknown client;
+        # authorization before redirects: a refused request learns nothing about where a topic lives.
+        middlewares=[authentication_middleware, error_middleware, authorization_middleware(), ownership_redirect],
     )
     app[SERVICE_KEY] = service
     for module in MODULES:

@@ -163,7 +163,8 @@ class BundlesData(StrictModel):
 
 
 class AuthPolicies(StrictModel):
-    """``AuthPolicies`` (permissions are stored but not enforced)."""
+    """``AuthPolicies``: permissions granted per namespace, per topic and per subscription (enforced by
+    :mod:`magnetar.broker.auth.authorization` when `authorizationEnabled`)."""
 
     namespace_auth: dict[str, list[str]] = Field(default_factory=dict)
     destination_auth: dict[str, dict[str, list[str]]] = Field(default_factory=dict)

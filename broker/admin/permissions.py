@@ -1,0 +1,203 @@
+"""Permissions: grant, revoke and list what roles may do on a namespace, a topic or a subscription, and the
+namespace's subscription auth mode (Pulsar's ``Namespaces`` / ``PersistentTopics`` permission endpoints).
+
+Everything is stored in the namespace's ``Policies.auth_policies`` with Pulsar's JSON (``namespace_auth``,
+``destination_auth`` keyed by full topic name, ``subscription_auth_roles``), so a change reaches every
+broker through the metadata store's watches. Only superusers and the tenant's admins get here (see
+:mod:`.access`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from magnetar.broker.admin.api import Routes, json_body, json_response, no_content, precondition_failed
+from magnetar.broker.admin.namespaces import existing_policies, namespace_of, policies_of
+from magnetar.broker.admin.topics import TOPIC, topic_from
+from magnetar.broker.auth.authorization import AuthAction
+from magnetar.broker.policies import Policies
+from magnetar.broker.policies.documents import SubscriptionAuthMode
+
+log = logging.getLogger(__name__)
+routes = Routes("permissions")
+
+_NS = "/admin/v2/namespaces/{tenant}/{namespace}"
+_NOT_FOUND = {403: "Not a superuser or an admin of the tenant", 404: "Namespace does not exist"}
+
+
+def _actions(actions: list[AuthAction]) -> list[str]:
+    return sorted({a.value for a in actions})
+
+
+# ---------------------------------------------------------------------------------------- namespace
+@routes.get(
+    _NS + "/permissions",
+    summary="Roles and the actions granted to them on the namespace",
+    responses={200: "role -> actions", **_NOT_FOUND},
+)
+async def get_namespace_permissions(request: web.Request) -> web.Response:
+    policies = await existing_policies(request, namespace_of(request))
+    return json_response(policies.auth_policies.namespace_auth)
+
+
+@routes.post(
+    _NS + "/permissions/{role}",
+    summary="Grant actions (produce, consume, functions, sources, sinks, packages) on the namespace to a role",
+    body=list[AuthAction],
+    responses={204: "Granted", 400: "Malformed actions", **_NOT_FOUND},
+)
+async def grant_namespace_permission(request: web.Request) -> web.Response:
+    ns = namespace_of(request)
+    role = request.match_info["role"]
+    actions = _actions(await json_body(request, list[AuthAction]))
+
+    def grant(policies: Policies) -> None:
+        policies.auth_policies.namespace_auth[role] = actions
+
+    await policies_of(request).update_namespace(ns, grant)
+    log.info("granted %s on namespace %s to role %s", actions, ns, role)
+    return no_content()
+
+
+@routes.delete(
+    _NS + "/permissions/{role}",
+    summary="Revoke every action a role was granted on the namespace",
+    responses={204: "Revoked", **_NOT_FOUND},
+)
+async def revoke_namespace_permission(request: web.Request) -> web.Response:
+    ns = namespace_of(request)
+    role = request.match_info["role"]
+    await policies_of(request).update_namespace(ns, lambda p: p.auth_policies.namespace_auth.pop(role, None))
+    log.info("revoked the permissions of role %s on namespace %s", role, ns)
+    return no_content()
+
+
+# ---------------------------------------------------------------------------------------- subscriptions
+@routes.get(
+    _NS + "/permissions/subscription",
+    summary="Subscriptions and the roles allowed to use them",
+    responses={200: "subscription -> roles", **_NOT_FOUND},
+)
+async def get_subscription_permissions(request: web.Request) -> web.Response:
+    policies = await existing_policies(request, namespace_of(request))
+    return json_response(policies.auth_policies.subscription_auth_roles)
+
+
+@routes.post(
+    _NS + "/permissions/subscription/{subscription}",
+    summary="Allow only these roles to use a subscription (of any topic of the namespace)",
+    body=list[str],
+    responses={204: "Granted", 400: "Malformed roles", **_NOT_FOUND},
+)
+async def grant_subscription_permission(request: web.Request) -> web.Response:
+    ns = namespace_of(request)
+    subscription = request.match_info["subscription"]
+    roles = sorted(set(await json_body(request, list[str])))
+
+    def grant(policies: Policies) -> None:
+        policies.auth_policies.subscription_auth_roles[subscription] = roles
+
+    await policies_of(request).update_namespace(ns, grant)
+    log.info("subscription %s of namespace %s limited to roles %s", subscription, ns, roles)
+    return no_content()
+
+
+@routes.delete(
+    _NS + "/permissions/{subscription}/{role}",
+    summary="Remove a role from a subscription's allowed roles",
+    responses={204: "Revoked", 412: "The subscription has no roles", **_NOT_FOUND},
+)
+async def revoke_subscription_permission(request: web.Request) -> web.Response:
+    ns = namespace_of(request)
+    subscription, role = request.match_info["subscription"], request.match_info["role"]
+
+    def revoke(policies: Policies) -> None:
+        roles = policies.auth_policies.subscription_auth_roles.get(subscription)
+        if roles is None:
+            raise precondition_failed("couldn't find subscription")
+        policies.auth_policies.subscription_auth_roles[subscription] = [r for r in roles if r != role]
+
+    await policies_of(request).update_namespace(ns, revoke)
+    return no_content()
+
+
+# ---------------------------------------------------------------------------------------- subscription auth mode
+@routes.get(
+    _NS + "/subscriptionAuthMode",
+    summary="The namespace's subscription auth mode (None, or Prefix: names start with the role)",
+    responses={200: "None or Prefix", **_NOT_FOUND},
+)
+async def get_subscription_auth_mode(request: web.Request) -> web.Response:
+    policies = await existing_policies(request, namespace_of(request))
+    return json_response(policies.subscription_auth_mode)
+
+
+@routes.post(
+    _NS + "/subscriptionAuthMode",
+    summary="Set the namespace's subscription auth mode",
+    body=SubscriptionAuthMode,
+    responses={204: "Set", 400: "Not None or Prefix", **_NOT_FOUND},
+)
+async def set_subscription_auth_mode(request: web.Request) -> web.Response:
+    ns = namespace_of(request)
+    mode = await json_body(request, SubscriptionAuthMode, required=False) or "None"
+    await policies_of(request).update_namespace(ns, lambda p: setattr(p, "subscription_auth_mode", mode))
+    return no_content()
+
+
+# ---------------------------------------------------------------------------------------- topics
+@routes.get(
+    TOPIC + "/permissions",
+    summary="Roles and their actions on the topic (namespace grants and the topic's own, united)",
+    responses={200: "role -> actions", **_NOT_FOUND},
+)
+async def get_topic_permissions(request: web.Request) -> web.Response:
+    topic = topic_from(request)
+    auth = (await existing_policies(request, topic.namespace)).auth_policies
+    merged = {role: set(actions) for role, actions in auth.namespace_auth.items()}
+    for role, actions in auth.destination_auth.get(str(topic), {}).items():
+        merged.setdefault(role, set()).update(actions)
+    return json_response({role: sorted(actions) for role, actions in merged.items()})
+
+
+@routes.post(
+    TOPIC + "/permissions/{role}",
+    summary="Grant actions on the topic (and its partitions) to a role",
+    body=list[AuthAction],
+    responses={204: "Granted", 400: "Malformed actions", **_NOT_FOUND},
+)
+async def grant_topic_permission(request: web.Request) -> web.Response:
+    topic = topic_from(request)
+    role = request.match_info["role"]
+    actions = _actions(await json_body(request, list[AuthAction]))
+
+    def grant(policies: Policies) -> None:
+        policies.auth_policies.destination_auth.setdefault(str(topic), {})[role] = actions
+
+    await policies_of(request).update_namespace(topic.namespace, grant)
+    log.info("granted %s on topic %s to role %s", actions, topic, role)
+    return no_content()
+
+
+@routes.delete(
+    TOPIC + "/permissions/{role}",
+    summary="Revoke every action a role was granted on the topic itself",
+    responses={204: "Revoked", 412: "The role has no permission on the topic itself", **_NOT_FOUND},
+)
+async def revoke_topic_permission(request: web.Request) -> web.Response:
+    topic = topic_from(request)
+    role = request.match_info["role"]
+
+    def revoke(policies: Policies) -> None:
+        grants = policies.auth_policies.destination_auth.get(str(topic))
+        if not grants or role not in grants:
+            raise precondition_failed("Permissions are not set at the topic level")
+        del grants[role]
+        if not grants:
+            del policies.auth_policies.destination_auth[str(topic)]
+
+    await policies_of(request).update_namespace(topic.namespace, revoke)
+    log.info("revoked the permissions of role %s on topic %s", role, topic)
+    return no_content()
