@@ -16,7 +16,7 @@ from aiohttp import web
 from magnetar.broker.admin.api import Routes, json_body, json_response, no_content, precondition_failed
 from magnetar.broker.admin.namespaces import existing_policies, namespace_of, policies_of
 from magnetar.broker.admin.topics import TOPIC, topic_from
-from magnetar.broker.auth.authorization import AuthAction
+from magnetar.broker.auth.authorization import AuthActionName
 from magnetar.broker.policies import Policies
 from magnetar.broker.policies.documents import SubscriptionAuthMode
 
@@ -27,8 +27,8 @@ _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 _NOT_FOUND = {403: "Not a superuser or an admin of the tenant", 404: "Namespace does not exist"}
 
 
-def _actions(actions: list[AuthAction]) -> list[str]:
-    return sorted({a.value for a in actions})
+def _actions(actions: list[AuthActionName]) -> list[str]:
+    return sorted(set(actions))
 
 
 # ---------------------------------------------------------------------------------------- namespace
@@ -45,13 +45,13 @@ async def get_namespace_permissions(request: web.Request) -> web.Response:
 @routes.post(
     _NS + "/permissions/{role}",
     summary="Grant actions (produce, consume, functions, sources, sinks, packages) on the namespace to a role",
-    body=list[AuthAction],
+    body=list[AuthActionName],
     responses={204: "Granted", 400: "Malformed actions", **_NOT_FOUND},
 )
 async def grant_namespace_permission(request: web.Request) -> web.Response:
     ns = namespace_of(request)
     role = request.match_info["role"]
-    actions = _actions(await json_body(request, list[AuthAction]))
+    actions = _actions(await json_body(request, list[AuthActionName]))
 
     def grant(policies: Policies) -> None:
         policies.auth_policies.namespace_auth[role] = actions
@@ -165,13 +165,13 @@ async def get_topic_permissions(request: web.Request) -> web.Response:
 @routes.post(
     TOPIC + "/permissions/{role}",
     summary="Grant actions on the topic (and its partitions) to a role",
-    body=list[AuthAction],
+    body=list[AuthActionName],
     responses={204: "Granted", 400: "Malformed actions", **_NOT_FOUND},
 )
 async def grant_topic_permission(request: web.Request) -> web.Response:
     topic = topic_from(request)
     role = request.match_info["role"]
-    actions = _actions(await json_body(request, list[AuthAction]))
+    actions = _actions(await json_body(request, list[AuthActionName]))
 
     def grant(policies: Policies) -> None:
         policies.auth_policies.destination_auth.setdefault(str(topic), {})[role] = actions

@@ -28,6 +28,7 @@ import enum
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from typing import Literal
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import AuthorizationError
@@ -49,6 +50,10 @@ class AuthAction(enum.StrEnum):
     sources = "sources"
     sinks = "sinks"
     packages = "packages"
+
+
+#: The actions' JSON spelling, for request bodies (``["produce", "consume"]``).
+AuthActionName = Literal["produce", "consume", "functions", "sources", "sinks", "packages"]
 
 
 class Rule(enum.Enum):

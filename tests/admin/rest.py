@@ -24,10 +24,18 @@ class Reply:
         return self.json["reason"]
 
 
-def call(method: str, url: str, body: Any = None, *, raw: bytes | None = None, timeout: float = 30) -> Reply:
+def call(
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    raw: bytes | None = None,
+    timeout: float = 30,
+    headers: dict[str, str] | None = None,
+) -> Reply:
     """Send ``body`` as JSON (or ``raw`` bytes) and return the reply, whatever its status."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    request = urllib.request.Request(url, data=data, method=method)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:
