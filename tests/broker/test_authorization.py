@@ -169,9 +169,7 @@ async def test_wildcards_only_when_enabled() -> None:
         store, env = await _env(authorization_allow_wildcards_matching=enabled)
         try:
             await env.grant(lambda p: p.auth_policies.namespace_auth.update({"app.*": ["produce"]}))
-            await env.grant(
-                lambda p: p.auth_policies.destination_auth.update({str(TOPIC): {"*.reader": ["consume"]}})
-            )
+            await env.grant(lambda p: p.auth_policies.destination_auth.update({str(TOPIC): {"*.reader": ["consume"]}}))
             assert await env.authz.allow_topic(TOPIC, "app.one", TopicOperation.PRODUCE) is enabled
             assert await env.authz.allow_topic(TOPIC, "x.reader", TopicOperation.CONSUME, "s") is enabled
             assert not await env.authz.allow_topic(TOPIC, "x.reader", TopicOperation.PRODUCE)
