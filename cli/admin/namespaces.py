@@ -8,6 +8,7 @@ from typing import Any
 
 from magnetar.admin_client.client import AdminClient
 from magnetar.admin_client.paths import api_path, namespace_path
+from magnetar.cli.admin import permissions
 from magnetar.cli.admin.values import NAMESPACE, RETENTION_SIZE, RETENTION_TIME, SIZE, TIME
 from magnetar.cli.admin.verbs import Handler, UsageError, body, enable_flags, verb
 
@@ -178,3 +179,6 @@ def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPar
     p.add_argument("-a", "--bookkeeper-ack-quorum", type=int, required=True, help="acks before an entry is durable")
     p.add_argument("-r", "--ml-mark-delete-max-rate", type=float, default=0.0, help="mark-delete rate limit (0: none)")
     get_and_remove("persistence", "persistence policy", "/persistence")
+
+    # permissions
+    permissions.add_namespace_verbs(ns_verb)

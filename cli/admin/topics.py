@@ -12,6 +12,7 @@ from magnetar.admin_client.client import AdminClient
 from magnetar.admin_client.errors import AdminError
 from magnetar.admin_client.paths import api_path, subscription_path, topic_path
 from magnetar.broker.topic_name import TopicName
+from magnetar.cli.admin import permissions
 from magnetar.cli.admin.messages import PeekedMessage, messages_from_response
 from magnetar.cli.admin.output import Output
 from magnetar.cli.admin.values import LATEST, MESSAGE_ID, NAMESPACE, TIME, TOPIC
@@ -228,3 +229,6 @@ def add_verbs(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPar
     p = t_verb("get-message-by-id", "Get a message by ledger and entry id", _message_by_id)
     p.add_argument("-l", "--ledgerId", dest="ledger_id", type=int, required=True)
     p.add_argument("-e", "--entryId", dest="entry_id", type=int, required=True)
+
+    # permissions
+    permissions.add_topic_verbs(t_verb)

@@ -11,7 +11,9 @@ import pytest
 from magnetar.broker.admin import app  # noqa: F401 - registers every module's routes
 from magnetar.broker.admin.access import requirement_for
 from magnetar.broker.admin.api import _PATH_PARAM, OPERATIONS
+from tests.admin.test_cli import Admin, run_cli
 from tests.auth_seam import SUPERUSER, AuthzBroker
+from tests.conftest import StandaloneProcess
 
 SUPER_ONLY = {"reason": "This operation requires super-user access"}
 NOT_TENANT_ADMIN = {"reason": "Don't have permission to administrate resources on this tenant"}
@@ -180,3 +182,33 @@ def test_permission_endpoints_json_shapes(broker: AuthzBroker) -> None:
     assert missing.status == 412 and missing.json == {"reason": "Permissions are not set at the topic level"}
     # A namespace that does not exist (asked by the superuser, who may know): 404.
     assert broker.rest(SUPERUSER, "GET", "/admin/v2/namespaces/acme/ghost/permissions").status == 404
+
+
+def test_cli_permission_verbs(standalone: StandaloneProcess) -> None:
+    """pulsar-admin's permission verbs, against a broker without authorization (the CLI's own auth options
+    are the client side's)."""
+    cli = Admin(standalone.http_url)
+    ns = f"public/perm-{uuid.uuid4().hex[:6]}"
+    cli.ok("namespaces", "create", ns)
+    try:
+        cli.ok("namespaces", "grant-permission", ns, "--role", "app", "--actions", "produce,consume")
+        assert cli.json("namespaces", "permissions", ns) == {"app": ["consume", "produce"]}
+        cli.ok("namespaces", "grant-subscription-permission", ns, "--subscription", "s", "--roles", "app,ops")
+        assert cli.json("namespaces", "get-subscription-permission", ns) == {"s": ["app", "ops"]}
+        cli.ok("namespaces", "revoke-subscription-permission", ns, "--subscription", "s", "--role", "ops")
+        assert cli.json("namespaces", "get-subscription-permission", ns) == {"s": ["app"]}
+        cli.ok("namespaces", "set-subscription-auth-mode", ns, "-m", "Prefix")
+        assert cli.json("namespaces", "get-subscription-auth-mode", ns) == "Prefix"
+        topic = f"persistent://{ns}/t"
+        cli.ok("topics", "grant-permission", topic, "--role", "reader", "--actions", "consume")
+        assert cli.json("topics", "permissions", topic) == {"app": ["consume", "produce"], "reader": ["consume"]}
+        cli.ok("topics", "revoke-permission", topic, "--role", "reader")
+        cli.ok("namespaces", "revoke-permission", ns, "--role", "app")
+        assert cli.json("namespaces", "permissions", ns) == {}
+        assert "Permissions are not set at the topic level" in cli.fails(
+            "topics", "revoke-permission", topic, "--role", "reader"
+        )
+        bad = run_cli(standalone.http_url, "namespaces", "grant-permission", ns, "--role", "x", "--actions", "fly")
+        assert bad.returncode == 2
+    finally:
+        cli.ok("namespaces", "delete", ns, "--force")
