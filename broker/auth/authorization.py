@@ -302,7 +302,8 @@ class AuthorizationService:
 
     async def has_namespace_permission(self, namespace: str, role: str | None, action: AuthAction) -> bool:
         """``action`` granted to ``role`` on the namespace itself."""
-        if role is None:
+        tenant, _, name = namespace.partition("/")
+        if role is None or not tenant or not name or "/" in name:
             return False
         policies = await self._namespace_policies(namespace)
         return policies is not None and self._holds(role, action, policies.auth_policies.namespace_auth)

@@ -95,6 +95,22 @@ def test_wire_errors_are_authorization_errors(broker: AuthzBroker) -> None:
         raw.send(listing)
         refused = raw.recv_until_response(4)
         assert refused.type == T.ERROR and refused.error.error == pb.AuthorizationError
+
+        watch = T(type=T.WATCH_TOPIC_LIST)
+        watch.watchTopicList.namespace = "globex/ns"
+        watch.watchTopicList.watcher_id = 1
+        watch.watchTopicList.request_id = 5
+        watch.watchTopicList.topics_pattern = "persistent://globex/ns/.*"
+        raw.send(watch)
+        refused = raw.recv_until_response(5)
+        assert refused.type == T.ERROR and refused.error.error == pb.AuthorizationError
+
+        schema = T(type=T.GET_SCHEMA)
+        schema.getSchema.topic = topic
+        schema.getSchema.request_id = 6
+        raw.send(schema)
+        answer = raw.recv_until(T.GET_SCHEMA_RESPONSE)
+        assert answer.getSchemaResponse.error_code == pb.AuthorizationError
         assert not raw.is_closed(timeout=0.2)  # refusals keep the connection
     finally:
         raw.close()
