@@ -10,15 +10,28 @@ broker through the metadata store's watches. Only superusers and the tenant's ad
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from aiohttp import web
+from pydantic import ConfigDict
 
-from magnetar.broker.admin.api import Routes, json_body, json_response, no_content, precondition_failed
+from magnetar.broker.admin.api import (
+    Routes,
+    bad_request,
+    json_body,
+    json_response,
+    no_content,
+    precondition_failed,
+    service_of,
+)
 from magnetar.broker.admin.namespaces import existing_policies, namespace_of, policies_of
 from magnetar.broker.admin.topics import TOPIC, topic_from
-from magnetar.broker.auth.authorization import AuthActionName
-from magnetar.broker.policies import Policies
+from magnetar.broker.auth.authorization import AuthActionName, TopicOperation
+from magnetar.broker.auth.provider import request_role
+from magnetar.broker.errors import InvalidTopicNameError
+from magnetar.broker.policies import Policies, StrictModel
 from magnetar.broker.policies.documents import SubscriptionAuthMode
+from magnetar.broker.topic_name import TopicName
 
 log = logging.getLogger(__name__)
 routes = Routes("permissions")
@@ -200,4 +213,82 @@ async def revoke_topic_permission(request: web.Request) -> web.Response:
 
     await policies_of(request).update_namespace(topic.namespace, revoke)
     log.info("revoked the permissions of role %s on topic %s", role, topic)
+    return no_content()
+
+
+# ---------------------------------------------------------------------------------------- several topics at once
+class RevokeTopicPermissionOptions(StrictModel):
+    """Pulsar's ``RevokeTopicPermissionOptions``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="RevokeTopicPermissionOptions")
+
+    topic: str
+    role: str
+
+
+class GrantTopicPermissionOptions(RevokeTopicPermissionOptions):
+    """Pulsar's ``GrantTopicPermissionOptions``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="GrantTopicPermissionOptions")
+
+    actions: list[AuthActionName]
+
+
+async def _topics_of_one_namespace(
+    request: web.Request, options: Sequence[RevokeTopicPermissionOptions]
+) -> tuple[str, list[TopicName]]:
+    """The topics the options name, all of one namespace, that the caller administers (the body names the
+    topics, so the handler asks the authorization service itself)."""
+    try:
+        topics = [TopicName.parse(o.topic) for o in options]
+    except InvalidTopicNameError as exc:
+        raise precondition_failed(str(exc)) from None
+    namespaces = {t.namespace for t in topics}
+    if len(namespaces) != 1:
+        raise bad_request("The topics must all belong to one namespace")
+    await service_of(request).authorization.check_topic(
+        topics[0], request_role(request), TopicOperation.GRANT_PERMISSION
+    )
+    return namespaces.pop(), topics
+
+
+@routes.post(
+    "/admin/v2/namespaces/grantPermissionsOnTopics",
+    summary="Grant actions to roles on several topics of one namespace",
+    body=list[GrantTopicPermissionOptions],
+    responses={204: "Granted", 400: "Malformed, or topics of several namespaces", **_NOT_FOUND},
+)
+async def grant_permissions_on_topics(request: web.Request) -> web.Response:
+    options = await json_body(request, list[GrantTopicPermissionOptions])
+    ns, topics = await _topics_of_one_namespace(request, options)
+
+    def grant(policies: Policies) -> None:
+        for topic, option in zip(topics, options, strict=True):
+            policies.auth_policies.destination_auth.setdefault(str(topic), {})[option.role] = sorted(
+                set(option.actions)
+            )
+
+    await policies_of(request).update_namespace(ns, grant)
+    return no_content()
+
+
+@routes.post(
+    "/admin/v2/namespaces/revokePermissionsOnTopics",
+    summary="Revoke roles' permissions on several topics of one namespace",
+    body=list[RevokeTopicPermissionOptions],
+    responses={204: "Revoked", 400: "Malformed, or topics of several namespaces", **_NOT_FOUND},
+)
+async def revoke_permissions_on_topics(request: web.Request) -> web.Response:
+    options = await json_body(request, list[RevokeTopicPermissionOptions])
+    ns, topics = await _topics_of_one_namespace(request, options)
+
+    def revoke(policies: Policies) -> None:
+        destination = policies.auth_policies.destination_auth
+        for topic, option in zip(topics, options, strict=True):
+            grants = destination.get(str(topic), {})
+            grants.pop(option.role, None)
+            if not grants:
+                destination.pop(str(topic), None)
+
+    await policies_of(request).update_namespace(ns, revoke)
     return no_content()

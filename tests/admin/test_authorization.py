@@ -212,3 +212,23 @@ def test_cli_permission_verbs(standalone: StandaloneProcess) -> None:
         assert bad.returncode == 2
     finally:
         cli.ok("namespaces", "delete", ns, "--force")
+
+
+def test_grant_and_revoke_on_several_topics(broker: AuthzBroker) -> None:
+    grant = [
+        {"topic": "persistent://acme/ns/a", "role": "multi", "actions": ["produce"]},
+        {"topic": "persistent://acme/ns/b", "role": "multi", "actions": ["consume", "produce"]},
+    ]
+    url = "/admin/v2/namespaces/grantPermissionsOnTopics"
+    assert broker.rest("acme-admin", "POST", url, grant).status == 204
+    stored = broker.rest(SUPERUSER, "GET", "/admin/v2/namespaces/acme/ns").json["auth_policies"]["destination_auth"]
+    assert stored["persistent://acme/ns/a"]["multi"] == ["produce"]
+    assert stored["persistent://acme/ns/b"]["multi"] == ["consume", "produce"]
+    # Another tenant's topics: refused; several namespaces at once: refused.
+    other = [{"topic": "persistent://globex/ns/a", "role": "multi", "actions": ["produce"]}]
+    assert broker.rest("acme-admin", "POST", url, other).status == 403
+    assert broker.rest("acme-admin", "POST", url, grant + other).status == 400
+    revoke = [{"topic": t["topic"], "role": "multi"} for t in grant]
+    assert broker.rest("acme-admin", "POST", "/admin/v2/namespaces/revokePermissionsOnTopics", revoke).status == 204
+    stored = broker.rest(SUPERUSER, "GET", "/admin/v2/namespaces/acme/ns").json["auth_policies"]["destination_auth"]
+    assert "persistent://acme/ns/a" not in stored and "persistent://acme/ns/b" not in stored
