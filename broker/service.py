@@ -487,6 +487,7 @@ class BrokerService:
             await self._delete_one(name, force, missing_ok=False)
         await self.schemas.delete_schemas(name)
         await self.policies.delete_topic_policies(name)
+        await self.authorization.remove_topic_permissions(name)
 
     async def _delete_one(self, name: TopicName, force: bool, missing_ok: bool) -> None:
         topic = self.loaded_topic(name)

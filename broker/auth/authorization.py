@@ -24,6 +24,7 @@ broker or another, so live producers and consumers can be re-checked.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import logging
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.errors import AuthorizationError
+from magnetar.broker.errors import AuthorizationError, NamespaceNotFoundError
 from magnetar.broker.policies import Policies, PolicyStore
 from magnetar.broker.topic_name import TopicName
 from magnetar.metadata.api import MetadataStore, Notification
@@ -332,6 +333,24 @@ class AuthorizationService:
 
     async def can_lookup(self, topic: TopicName, role: str | None) -> bool:
         return await self.can_produce(topic, role) or await self.can_consume(topic, role, None)
+
+    async def remove_topic_permissions(self, topic: TopicName) -> None:
+        """Forget the grants on a deleted topic and its partitions (as Pulsar does), so a topic created
+        later under that name starts without them."""
+        policies = await self._namespace_policies(topic.namespace)
+        if policies is None:
+            return
+        name = str(topic)
+        stale = [k for k in policies.auth_policies.destination_auth if k == name or k.startswith(name + "-partition-")]
+        if not stale:
+            return
+
+        def drop(p: Policies) -> None:
+            for key in stale:
+                p.auth_policies.destination_auth.pop(key, None)
+
+        with contextlib.suppress(NamespaceNotFoundError):
+            await self.policies.update_namespace(topic.namespace, drop)
 
     # -- operations
     async def allow_topic(

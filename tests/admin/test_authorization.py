@@ -232,3 +232,12 @@ def test_grant_and_revoke_on_several_topics(broker: AuthzBroker) -> None:
     assert broker.rest("acme-admin", "POST", "/admin/v2/namespaces/revokePermissionsOnTopics", revoke).status == 204
     stored = broker.rest(SUPERUSER, "GET", "/admin/v2/namespaces/acme/ns").json["auth_policies"]["destination_auth"]
     assert "persistent://acme/ns/a" not in stored and "persistent://acme/ns/b" not in stored
+
+
+def test_deleting_a_topic_forgets_its_grants(broker: AuthzBroker) -> None:
+    topic = f"/admin/v2/persistent/acme/ns/doomed-{uuid.uuid4().hex[:6]}"
+    assert broker.rest("acme-admin", "PUT", topic).status == 204
+    assert broker.rest("acme-admin", "POST", f"{topic}/permissions/someone", ["produce"]).status == 204
+    assert broker.rest("acme-admin", "DELETE", topic).status == 204
+    assert broker.rest("acme-admin", "PUT", topic).status == 204
+    assert "someone" not in broker.rest("acme-admin", "GET", f"{topic}/permissions").json
