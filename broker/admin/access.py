@@ -10,7 +10,6 @@ treated as superuser-only.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -148,16 +147,13 @@ async def check(authz: AuthorizationService, request: web.Request, requirement: 
         await authz.check_topic(topic, role, requirement.operation, match.get("subscription"))
 
 
-def authorization_middleware() -> Callable[[web.Request, Handler], object]:
-    """The middleware: runs after authentication (which sets the role), before the handlers and redirects."""
-
-    @web.middleware
-    async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
-        authz = service_of(request).authorization
-        resource = request.match_info.route.resource
-        if authz.enabled and resource is not None:
-            path = resource.canonical
-            await check(authz, request, requirement_for(request.method, path) or SUPERUSER, path)
-        return await handler(request)
-
-    return authorize
+@web.middleware
+async def authorization_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Checks every request against :data:`RULES`: runs after authentication (which sets the role), before
+    the handlers and redirects."""
+    authz = service_of(request).authorization
+    resource = request.match_info.route.resource
+    if authz.enabled and resource is not None:
+        path = resource.canonical
+        await check(authz, request, requirement_for(request.method, path) or SUPERUSER, path)
+    return await handler(request)

@@ -54,7 +54,7 @@ def build_app(service: BrokerService) -> web.Application:
         client_max_size=service.config.max_frame_size,
         # Authentication first: nothing (not even a redirect to the owner) is answered to an unknown client;
         # authorization before redirects: a refused request learns nothing about where a topic lives.
-        middlewares=[authentication_middleware, error_middleware, authorization_middleware(), ownership_redirect],
+        middlewares=[authentication_middleware, error_middleware, authorization_middleware, ownership_redirect],
     )
     app[SERVICE_KEY] = service
     for module in MODULES:
