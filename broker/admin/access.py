@@ -60,6 +60,7 @@ _SUB = _TOPIC + r"/subscription/\{subscription\}"
 #: route paths (``{domain}`` for ``{domain:persistent|non-persistent}``).
 RULES: list[tuple[str, str, Requirement]] = [
     # Liveness and scraping: reachable by anything authentication lets through.
+    ("GET", r"/status\.html", OPEN),
     ("GET", r"/admin/v2/brokers/(health|ready)", OPEN),
     ("GET", r"/metrics/?", OPEN),
     ("GET", r"/admin/v2/openapi\.json", OPEN),
