@@ -136,6 +136,11 @@ class PolicyStore:
         value = await self._cached_namespace(ns)
         return None if value is None else value.model_copy(deep=True)
 
+    async def namespace_view(self, ns: str) -> Policies | None:
+        """The namespace's policies as cached, shared and not copied (for hot read-only checks such as
+        authorization): callers must not mutate it. ``None`` if the namespace does not exist."""
+        return await self._cached_namespace(ns)
+
     async def _cached(self, cache: _Cache, key: str, path: str, model: type[_M]) -> _M | None:
         # The shared cached object: callers must not mutate it.
         hit, value = cache.get(key)
