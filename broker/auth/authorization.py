@@ -28,6 +28,7 @@ import contextlib
 import enum
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
@@ -40,6 +41,7 @@ from magnetar.metadata.api import MetadataStore, Notification
 log = logging.getLogger(__name__)
 
 TENANTS_ROOT = "/admin/policies"
+MAX_CACHED_TENANTS = 10_000
 
 
 class AuthAction(enum.StrEnum):
@@ -202,7 +204,9 @@ class AuthorizationService:
         self.enabled = config.authorization_enabled and config.authentication_enabled
         self.superusers = split_roles(config.super_user_roles)
         self.wildcards = config.authorization_allow_wildcards_matching
-        self._tenants: dict[str, frozenset[str] | None] = {}
+        #: Tenant -> admin roles (None: no such tenant), least recently used first; bounded, as any client
+        #: can make the broker look up made-up tenant names.
+        self._tenants: OrderedDict[str, frozenset[str] | None] = OrderedDict()
         self._tenants_epoch = 0
         self._listeners: list[Callable[[str], None]] = []
         self._unwatch: list[Callable[[], None]] = []
@@ -241,12 +245,18 @@ class AuthorizationService:
         if "://" not in name:  # topic-level policies hold no permissions
             self._notify(name)
 
+    @property
+    def cached_tenants(self) -> int:
+        """How many tenants' admin roles are cached (bounded by :data:`MAX_CACHED_TENANTS`)."""
+        return len(self._tenants)
+
     # -- roles
     def is_superuser(self, role: str | None) -> bool:
         return role is not None and role in self.superusers
 
     async def _admin_roles(self, tenant: str) -> frozenset[str] | None:
         if tenant in self._tenants:
+            self._tenants.move_to_end(tenant)
             return self._tenants[tenant]
         epoch = self._tenants_epoch
         stored = await self.store.get(f"{TENANTS_ROOT}/{tenant}") if tenant and "/" not in tenant else None
@@ -259,6 +269,8 @@ class AuthorizationService:
                 roles = frozenset()
         if epoch == self._tenants_epoch:  # not invalidated while reading
             self._tenants[tenant] = roles
+            if len(self._tenants) > MAX_CACHED_TENANTS:
+                self._tenants.popitem(last=False)
         return roles
 
     async def is_tenant_admin(self, tenant: str, role: str | None) -> bool:

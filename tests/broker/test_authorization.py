@@ -202,3 +202,15 @@ def test_super_user_roles_takes_pulsars_name() -> None:
     assert config.apply({"superUserRoles": "a,b", "authorizationAllowWildcardsMatching": "true"}) == []
     assert config.super_user_roles == "a,b"
     assert config.authorization_allow_wildcards_matching
+
+
+async def test_tenant_cache_is_bounded(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Made-up tenant names (any client can send them) never grow the cache past its bound."""
+    from magnetar.broker.auth import authorization
+
+    monkeypatch.setattr(authorization, "MAX_CACHED_TENANTS", 5)
+    for i in range(20):
+        assert not await env.authz.is_tenant_admin(f"ghost{i}", "acme-admin")
+    assert await env.authz.is_tenant_admin("acme", "acme-admin")
+    assert not await env.authz.allow_topic(T("persistent://ghost0/ns/t"), "acme-admin", TopicOperation.LOOKUP)
+    assert env.authz.cached_tenants <= 5
