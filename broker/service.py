@@ -11,9 +11,9 @@ import logging
 import time
 from typing import Any
 
-from magnetar.broker.auth.service import AuthenticationService
 from magnetar.broker.auth.authorization import AuthorizationService
 from magnetar.broker.auth.live import LivePermissions
+from magnetar.broker.auth.service import AuthenticationService
 from magnetar.broker.compaction import CompactionService
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.connection import ServerConnection

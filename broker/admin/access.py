@@ -59,9 +59,9 @@ _SUB = _TOPIC + r"/subscription/\{subscription\}"
 #: (methods, route path pattern, requirement): the first match decides. Paths are aiohttp's canonical
 #: route paths (``{domain}`` for ``{domain:persistent|non-persistent}``).
 RULES: list[tuple[str, str, Requirement]] = [
-    # Liveness and scraping: reachable by anything authentication lets through.
+    # Probes and scraping: reachable by anything authentication lets through.
     ("GET", r"/status\.html", OPEN),
-    ("GET", r"/admin/v2/brokers/(health|ready)", OPEN),
+    ("GET", r"/admin/v2/brokers/ready", OPEN),
     ("GET", r"/metrics/?", OPEN),
     ("GET", r"/admin/v2/openapi\.json", OPEN),
     # The cluster itself.

@@ -12,7 +12,7 @@ from magnetar.broker.admin import app  # noqa: F401 - registers every module's r
 from magnetar.broker.admin.access import requirement_for
 from magnetar.broker.admin.api import _PATH_PARAM, OPERATIONS
 from tests.admin.test_cli import Admin, run_cli
-from tests.auth_seam import SUPERUSER, AuthzBroker
+from tests.authz_broker import SUPERUSER, AuthzBroker
 from tests.conftest import StandaloneProcess
 
 SUPER_ONLY = {"reason": "This operation requires super-user access"}
@@ -42,7 +42,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthzBroker]:
 
 
 def test_superuser_only_endpoints(broker: AuthzBroker) -> None:
-    for role in ("acme-admin", "someone", None):
+    for role in ("acme-admin", "someone"):
         for method, path in [
             ("GET", "/admin/v2/tenants"),
             ("PUT", "/admin/v2/tenants/newco"),
@@ -56,8 +56,12 @@ def test_superuser_only_endpoints(broker: AuthzBroker) -> None:
             assert (reply.status, reply.json) == (403, SUPER_ONLY), (role, method, path)
     assert set(broker.rest(SUPERUSER, "GET", "/admin/v2/tenants").json) >= {"acme", "globex", "public"}
     assert broker.rest(SUPERUSER, "GET", "/admin/v2/clusters").status == 200
-    # Liveness stays reachable.
-    assert broker.rest(None, "GET", "/admin/v2/brokers/health").status == 200
+    # The health check is the superusers' (Pulsar's); probes use /status.html, open to anyone.
+    assert broker.rest("acme-admin", "GET", "/admin/v2/brokers/health").json == SUPER_ONLY
+    assert broker.rest(SUPERUSER, "GET", "/admin/v2/brokers/health").status == 200
+    assert broker.rest(None, "GET", "/status.html").status == 200
+    # Without credentials: authentication's 401, before any authorization.
+    assert broker.rest(None, "GET", "/admin/v2/tenants").status == 401
 
 
 def test_tenant_admin_administers_its_tenant_only(broker: AuthzBroker) -> None:
@@ -92,7 +96,7 @@ def test_tenant_admin_administers_its_tenant_only(broker: AuthzBroker) -> None:
 
 def test_no_leak_of_other_tenants(broker: AuthzBroker) -> None:
     """A role without access gets the same 403 for an existing and a missing tenant, namespace or topic."""
-    for role in ("acme-admin", "someone", None):
+    for role in ("acme-admin", "someone"):
         for template in [
             "/admin/v2/tenants/{t}",
             "/admin/v2/namespaces/{t}",

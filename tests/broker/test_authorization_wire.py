@@ -11,7 +11,7 @@ import pulsar
 import pytest
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
-from tests.auth_seam import SUPERUSER, AuthzBroker
+from tests.authz_broker import SUPERUSER, AuthzBroker
 from tests.rawclient import RawClient
 
 T = pb.BaseCommand
@@ -68,7 +68,7 @@ def test_wire_errors_are_authorization_errors(broker: AuthzBroker) -> None:
         connect.connect.client_version = "raw"
         connect.connect.protocol_version = 20
         connect.connect.auth_method_name = "token"
-        connect.connect.auth_data = _unique("nobody").encode()
+        connect.connect.auth_data = broker.token(_unique("nobody")).encode()
         raw.send(connect)
         raw.recv_until(T.CONNECTED)
         topic = "persistent://globex/ns/secret"
