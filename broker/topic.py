@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from magnetar.broker.dedup import Deduplication, Verdict
@@ -25,7 +26,6 @@ from magnetar.broker.protocol.frames import entry_num_messages, parse_metadata
 from magnetar.broker.stats import Meter
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic_name import TopicName
-from magnetar.common.tasks import TaskSet
 from magnetar.managed_ledger.api import (
     EARLIEST,
     LATEST,
@@ -77,8 +77,6 @@ class PersistentTopic:
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future[None]]] = []
         self.closed = False
         self._loop = asyncio.get_running_loop()
-        #: Publishes being persisted (one task per entry for now).
-        self.tasks = TaskSet(f"topic {name}")
 
     async def initialize(self) -> None:
         """Attach a subscription to every durable cursor recovered by the managed ledger (internal
@@ -236,25 +234,24 @@ class PersistentTopic:
         producer.meter.add(num_messages, len(data))
         self.meter_in.add(num_messages, len(data))
         self.last_active = time.monotonic()
-        self.tasks.spawn_batched(self._persist(producer, slot, data))
+        # No task per publish: the managed ledger calls back once the entry is durable (or failed).
+        self.ledger.add_entry_async(data, partial(self._persisted, producer, slot))
 
-    async def _persist(self, producer: Producer, slot: PublishSlot, data: bytes) -> None:
-        try:
-            position = await self.ledger.add_entry(data)
-        except ManagedLedgerFencedError:
-            self._publish_failed(producer)
-            producer.complete(slot, None, (pb.PersistenceError, "Topic is fenced: another broker owns it"))
-            self.service.tasks.spawn(self.service.unload_topic(self), name=f"unload {self.name}")
-            return
-        except BaseException as exc:  # storage failure (the client retries after the error), or cancelled
+    def _persisted(
+        self, producer: Producer, slot: PublishSlot, position: Position | None, exc: BaseException | None
+    ) -> None:
+        if exc is not None:
             # Every SEND ends in a receipt or an error: receipts leave in order, so one slot left
             # open would strand every later send of this producer.
-            log.warning("publish failed on %s: %r", self.name, exc)
             self._publish_failed(producer)
-            producer.complete(slot, None, (pb.PersistenceError, f"Failed to persist message: {exc!r}"))
-            if not isinstance(exc, Exception):
-                raise
+            if isinstance(exc, ManagedLedgerFencedError):
+                producer.complete(slot, None, (pb.PersistenceError, "Topic is fenced: another broker owns it"))
+                self.service.tasks.spawn(self.service.unload_topic(self), name=f"unload {self.name}")
+            else:  # storage failure: the client retries after the error
+                log.warning("publish failed on %s: %r", self.name, exc)
+                producer.complete(slot, None, (pb.PersistenceError, f"Failed to persist message: {exc!r}"))
             return
+        assert position is not None
         self.entries_added += 1
         if self.dedup.enabled:
             self.dedup.on_persisted(producer.name, slot.sequence_id, slot.highest_sequence_id, position)
@@ -385,8 +382,7 @@ class PersistentTopic:
             await sub.close()
         with contextlib.suppress(Exception):
             await self.dedup.close()
-        await self.ledger.close()
-        await self.tasks.close()  # publishes still in flight end with the ledger
+        await self.ledger.close()  # publishes still in flight end with it (a receipt or an error each)
 
 
 def wire_position(message_id: pb.MessageIdData) -> Position:

@@ -8,6 +8,7 @@ immutable. The managed ledger only uses these types; whether the bookies are in-
 from __future__ import annotations
 
 import abc
+import asyncio
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -90,6 +91,11 @@ class WriteHandle(ReadHandle):
 
         Appends issued concurrently complete in order; they are group-committed.
         """
+
+    def append_nowait(self, data: bytes) -> asyncio.Future[int]:
+        """:meth:`append` issued now (entries keep call order), its outcome as a future: the hot path
+        uses it to avoid a coroutine per entry. This default runs :meth:`append` as a task."""
+        return asyncio.ensure_future(self.append(data))
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -25,6 +25,10 @@ class Position(NamedTuple):
         return f"{self.ledger_id}:{self.entry_id}"
 
 
+#: Where an asynchronous add's outcome goes: ``(position, None)`` or ``(None, error)``.
+AddCallback = Callable[[Position | None, BaseException | None], None]
+
+
 #: Before every position (a cursor marked here has acked nothing).
 EARLIEST = Position(-1, -1)
 #: After every position.
@@ -227,6 +231,12 @@ class ManagedLedger(abc.ABC):
     @abc.abstractmethod
     async def add_entry(self, data: bytes) -> Position:
         """Append one entry; returns once it is durable. Concurrent calls are group-committed in order."""
+
+    @abc.abstractmethod
+    def add_entry_async(self, data: bytes, callback: AddCallback) -> None:
+        """:meth:`add_entry` for the publish hot path, without a task or coroutine per entry: ``callback``
+        gets ``(position, None)`` once the entry is durable, else ``(None, ManagedLedgerError)``, exactly
+        once and possibly before this returns. Entries are stored in call order."""
 
     @abc.abstractmethod
     async def open_cursor(

@@ -22,6 +22,7 @@ from magnetar.ledger.api import LedgerError, NoSuchLedgerError
 from magnetar.managed_ledger.api import (
     EARLIEST,
     LATEST,
+    AddCallback,
     CursorNotFoundError,
     Entry,
     InitialPosition,
@@ -249,6 +250,9 @@ class ManagedLedgerImpl(ManagedLedger):
 
     async def add_entry(self, data: bytes) -> Position:
         return await self._writer.add(data)
+
+    def add_entry_async(self, data: bytes, callback: AddCallback) -> None:
+        self._writer.add_async(data, callback)
 
     @property
     def writable(self) -> bool:

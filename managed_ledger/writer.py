@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from magnetar.ledger.api import LedgerConfig, LedgerError, LedgerFencedError, WriteHandle
 from magnetar.managed_ledger.api import (
+    AddCallback,
     ManagedLedgerClosedError,
     ManagedLedgerConfig,
     ManagedLedgerError,
@@ -76,16 +78,45 @@ class WriterHost(Protocol):
         """An add was confirmed at ``position``."""
 
 
-class _Requeued(Exception):
-    """Internal: a queued add's write failed and it is back in line for the next ledger."""
-
-
 @dataclass(slots=True, eq=False)
 class _PendingAdd:
     data: bytes
     future: asyncio.Future[Position]
     seq: int  # arrival order
     attempts: int = 0
+
+
+def _settle(fut: asyncio.Future[Position], position: Position | None, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        assert position is not None
+        fut.set_result(position)
+
+
+def _deliver(callback: AddCallback, fut: asyncio.Future[Position]) -> None:
+    """Hand a queued or retried add's outcome (its future) to the direct add's callback."""
+    if fut.cancelled():
+        callback(None, ManagedLedgerClosedError("add cancelled"))
+    elif (exc := fut.exception()) is not None:
+        callback(None, exc)
+    else:
+        callback(fut.result(), None)
+
+
+def _finish(
+    item: _PendingAdd | None, callback: AddCallback | None, pos: Position | None, exc: BaseException | None
+) -> None:
+    if callback is not None:
+        callback(pos, exc)
+    elif item is not None and not item.future.done():
+        if exc is not None:
+            item.future.set_exception(exc)
+        else:
+            assert pos is not None
+            item.future.set_result(pos)
 
 
 class LedgerWriter:
@@ -109,7 +140,6 @@ class LedgerWriter:
         self._queue: list[_PendingAdd] = []  # only appended, then taken whole: a list is 700 B less than a deque
         self._requeue: list[_PendingAdd] = []
         self._retry: list[_PendingAdd] = []
-        self._wave_pending = 0
         self._inflight = 0
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._rollover_task: asyncio.Task[None] | None = None
@@ -139,18 +169,28 @@ class LedgerWriter:
 
     async def add(self, data: bytes) -> Position:
         """Append one entry; its position once the ledger confirmed it, else a ManagedLedgerError."""
+        fut: asyncio.Future[Position] = self._loop.create_future()
+        self.add_async(data, partial(_settle, fut))
+        return await fut
+
+    def add_async(self, data: bytes, callback: AddCallback) -> None:
+        """Append one entry without a task or coroutine: ``callback(position, None)`` once the ledger
+        confirmed it, else ``callback(None, ManagedLedgerError)``; exactly once, possibly before this
+        returns (an add refused at once). Entries are issued in call order."""
         seq = self._next_seq
         self._next_seq += 1
         if self._accepting:
-            return await self._append(data, None, seq)
+            self._issue(data, seq, None, callback)
+            return
         host = self._host
         if not host.writable:
-            raise host.not_writable_error()
+            callback(None, host.not_writable_error())
+            return
         item = self._new_item(data, seq)
+        item.future.add_done_callback(partial(_deliver, callback))
         self._queue.append(item)
         if self._handle is None and not self._rolling:
             self._start_rollover()  # no writable ledger (an earlier rollover failed): try again
-        return await item.future
 
     def _new_item(self, data: bytes, seq: int) -> _PendingAdd:
         item = _PendingAdd(data, self._loop.create_future(), seq)
@@ -163,10 +203,9 @@ class LedgerWriter:
         assert err is not None
         return type(err)(str(err))  # a fresh instance per add (no shared traceback)
 
-    async def _append(self, data: bytes, item: _PendingAdd | None, seq: int) -> Position:
-        """Issue one add; an ``item`` (a queued add) whose write fails is re-queued (:class:`_Requeued`)."""
-        queued = item is not None
-        # Everything up to handle.append() runs synchronously: the entry is issued in call order.
+    def _issue(self, data: bytes, seq: int, item: _PendingAdd | None, callback: AddCallback | None) -> None:
+        """Issue one add to the current handle (synchronously, so entries go out in call order). The
+        outcome goes to ``callback`` (a direct add) or to ``item``'s future (a queued or retried add)."""
         handle = self._handle
         cur = self._current
         assert handle is not None and cur is not None
@@ -179,39 +218,76 @@ class LedgerWriter:
         ) and self._loop.time() - self._current_created >= cfg.min_ledger_rollover_seconds:
             self._start_rollover()
         try:
-            entry_id = await handle.append(data)
-        except LedgerFencedError:
-            self._inflight_done()
-            self._host.fence("the current ledger was fenced by another owner")
-            raise ManagedLedgerFencedError(f"{self._name} is fenced: another owner opened it") from None
-        except LedgerError as e:
-            self._inflight_done()
-            if seq < self._doomed_before:  # an add before this one failed for good: so does this one
-                raise self._doomed() from e
-            attempts = 1 if item is None else item.attempts + 1
-            if not self._host.writable or attempts >= MAX_ADD_ATTEMPTS:
-                err = ManagedLedgerError(f"{self._name}: add failed: {e}")
-                self.fail_queued(err)
-                raise err from e
-            if item is None:
-                item = self._new_item(data, seq)
-            item.attempts = attempts
-            log.warning("%s: write to ledger %d failed (%s); continuing on a new ledger", self._name, cur.ledger_id, e)
-            self._retry.append(item)  # failures complete in issue order, so retries keep it
-            self._start_rollover()
-            if queued:
-                raise _Requeued from None
-            return await item.future
-        except BaseException:
-            self._inflight_done()
-            raise
+            fut = handle.append_nowait(data)
+        except BaseException as e:  # the handle failed or is closing
+            self._issued(data, seq, item, callback, cur, None, e)
+            return
+        fut.add_done_callback(partial(self._on_appended, data, seq, item, callback, cur))
+
+    def _on_appended(
+        self,
+        data: bytes,
+        seq: int,
+        item: _PendingAdd | None,
+        callback: AddCallback | None,
+        cur: LedgerInfo,
+        fut: asyncio.Future[int],
+    ) -> None:
+        if fut.cancelled():
+            self._issued(data, seq, item, callback, cur, None, ManagedLedgerClosedError(f"{self._name}: add cancelled"))
+        elif (exc := fut.exception()) is not None:
+            self._issued(data, seq, item, callback, cur, None, exc)
+        else:
+            self._issued(data, seq, item, callback, cur, fut.result(), None)
+
+    def _issued(
+        self,
+        data: bytes,
+        seq: int,
+        item: _PendingAdd | None,
+        callback: AddCallback | None,
+        cur: LedgerInfo,
+        entry_id: int | None,
+        exc: BaseException | None,
+    ) -> None:
+        """An issued add ended: confirm it, retry it on the next ledger, or fail it."""
         self._inflight_done()
-        pos = Position(cur.ledger_id, entry_id)
-        if entry_id >= cur.entries:
-            cur.entries = entry_id + 1
-        cur.size += len(data)
-        self._host.entry_added(pos, data)
-        return pos
+        if exc is None:
+            assert entry_id is not None
+            pos = Position(cur.ledger_id, entry_id)
+            if entry_id >= cur.entries:
+                cur.entries = entry_id + 1
+            cur.size += len(data)
+            self._host.entry_added(pos, data)
+            _finish(item, callback, pos, None)
+            return
+        if isinstance(exc, LedgerFencedError):
+            self._host.fence("the current ledger was fenced by another owner")
+            _finish(item, callback, None, ManagedLedgerFencedError(f"{self._name} is fenced: another owner opened it"))
+            return
+        if not isinstance(exc, LedgerError):
+            err = (
+                exc if isinstance(exc, ManagedLedgerError) else ManagedLedgerError(f"{self._name}: add failed: {exc!r}")
+            )
+            _finish(item, callback, None, err)
+            return
+        if seq < self._doomed_before:  # an add before this one failed for good: so does this one
+            _finish(item, callback, None, self._doomed())
+            return
+        attempts = 1 if item is None else item.attempts + 1
+        if not self._host.writable or attempts >= MAX_ADD_ATTEMPTS:
+            err = ManagedLedgerError(f"{self._name}: add failed: {exc}")
+            self.fail_queued(err)
+            _finish(item, callback, None, err)
+            return
+        if item is None:
+            item = self._new_item(data, seq)
+            assert callback is not None
+            item.future.add_done_callback(partial(_deliver, callback))
+        item.attempts = attempts
+        log.warning("%s: write to ledger %d failed (%s); continuing on a new ledger", self._name, cur.ledger_id, exc)
+        self._retry.append(item)  # failures complete in issue order, so retries keep it
+        self._start_rollover()
 
     def _inflight_done(self) -> None:
         self._inflight -= 1
@@ -229,53 +305,23 @@ class LedgerWriter:
             await fut
 
     def _pump(self) -> None:
-        """Issue queued adds in order, or reopen the direct path when nothing is queued."""
+        """Issue queued adds in order (synchronously), then reopen the direct path if none is left."""
         items = [*self._retry, *self._requeue, *self._queue]
         self._retry.clear()
         self._requeue.clear()
         self._queue.clear()
-        items = [it for it in items if not it.future.done()]
-        if not items:
-            self._accepting = self._host.writable and self._handle is not None and not self._rolling
-            return
-        self._wave_pending = len(items)
-        for it in items:
-            self._storage.spawn(self._append_queued(it))
-
-    async def _append_queued(self, item: _PendingAdd) -> None:
-        self._wave_pending -= 1
-        last = self._wave_pending == 0
-        if item.future.done():  # the caller gave up
-            if last and not self._rolling:
-                self._pump()
-            return
-        if not self._host.writable:
-            item.future.set_exception(self._host.not_writable_error())
-            return
-        if item.seq < self._doomed_before:
-            item.future.set_exception(self._doomed())
-            return
-        if self._rolling or self._handle is None:
-            self._requeue.append(item)  # a rollover began mid-wave: back in line, still in order
-            return
-        if last:
-            # Newer queued adds go out in a later wave; with none, direct appends resume. Either way
-            # this entry is issued (synchronously, below) before any of them.
-            self._pump()
-        try:
-            pos = await self._append(item.data, item, item.seq)
-        except _Requeued:
-            return  # its future is completed by a later wave
-        except asyncio.CancelledError:
-            if not item.future.done():  # the managed ledger is closing: an error, not a cancellation
-                item.future.set_exception(ManagedLedgerClosedError(f"{self._name} is closed"))
-            raise
-        except BaseException as e:
-            if not item.future.done():
-                item.future.set_exception(e)
-        else:
-            if not item.future.done():
-                item.future.set_result(pos)
+        for item in items:
+            if item.future.done():  # the caller gave up, or a failure before it doomed it
+                continue
+            if not self._host.writable:
+                item.future.set_exception(self._host.not_writable_error())
+            elif item.seq < self._doomed_before:
+                item.future.set_exception(self._doomed())
+            elif self._rolling or self._handle is None:
+                self._requeue.append(item)  # a rollover began mid-wave: back in line, still in order
+            else:
+                self._issue(item.data, item.seq, item, None)
+        self._accepting = self._host.writable and self._handle is not None and not self._rolling and not self._requeue
 
     def fail_queued(self, exc: ManagedLedgerError) -> None:
         """Fail with ``exc`` every add that arrived so far and is not stored yet: queued ones now,
@@ -412,8 +458,6 @@ class LedgerWriter:
                 await asyncio.wait({task})
             elif self._inflight:
                 await self._wait_drained()
-            elif self._wave_pending:
-                await asyncio.sleep(0)  # a wave's tasks all start within one loop iteration
             else:
                 return
 
