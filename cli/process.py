@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
@@ -51,8 +52,16 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
+#: Cyclic-GC thresholds of the server processes (Python's defaults: 700, 10, 10). A full collection
+#: walks every tracked object (entry caches, indexes, cursors: hundreds of thousands under load), and with
+#: the defaults it ran often enough to cost ~8 µs of a ~33 µs non-batched publish; the hot paths make
+#: almost no cyclic garbage, so full collections are made rare and young ones less frequent.
+GC_THRESHOLDS = (10_000, 10, 1_000)
+
+
 def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` on uvloop where available; returns its result."""
+    """Run ``main`` on uvloop where available (with the server's GC thresholds); returns its result."""
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
