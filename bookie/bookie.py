@@ -37,7 +37,7 @@ from .api import (
 )
 from .config import BookieConfig
 from .index import LedgerState
-from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
+from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition, Waiter
 from .storage import LedgerStorage
 
 log = logging.getLogger(__name__)
@@ -280,17 +280,39 @@ class Bookie(FutureAdds):
     ) -> asyncio.Future[None]:
         """Accept one entry; the returned future resolves once it is durable in the journal.
 
-        Raises at once on a wrong key, a fenced ledger or a read-only / stopped bookie. This is
-        the hot path of every publish: keep it free of allocations it does not need.
+        Raises at once on a wrong key, a fenced ledger or a read-only / stopped bookie.
         """
-        if not self._accepting:
-            raise BookieUnavailableError(f"bookie {self.address} is {self.status.value}")
-        if self._read_only or self._forced_read_only or self._storage_failed:
-            raise BookieReadOnlyError(f"bookie {self.address} is read-only")
+        self._check_writable()
         if self._throttled or self._cache_bytes >= self._cache_max:
             # Full: the checkpoint that swaps the cache out is starting or still flushing the last one.
             return self._throttle((ledger_id, entry_id, master_key, last_add_confirmed, data, recovery))
         return self._add_now(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+
+    def add_entry_async(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool,
+        done: Waiter,
+    ) -> None:
+        """:meth:`add_entry_nowait` with a callback: ``done(None)`` once the entry is durable, else
+        ``done(error)``; called on the event loop, never from here (errors found at once are raised).
+        This is the hot path of every local publish: no future or extra loop callback per add."""
+        self._check_writable()
+        args = (ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+        if self._throttled or self._cache_bytes >= self._cache_max:
+            self._throttle(args).add_done_callback(partial(_tell, done))
+            return
+        self.journal.append_cb(REC_ADD, ledger_id, entry_id, last_add_confirmed, self._cache_add(*args), done)
+
+    def _check_writable(self) -> None:
+        if not self._accepting:
+            raise BookieUnavailableError(f"bookie {self.address} is {self.status.value}")
+        if self._read_only or self._forced_read_only or self._storage_failed:
+            raise BookieReadOnlyError(f"bookie {self.address} is read-only")
 
     def _add_now(
         self,
@@ -301,6 +323,20 @@ class Bookie(FutureAdds):
         data: bytes,
         recovery: bool,
     ) -> asyncio.Future[None]:
+        data = self._cache_add(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+        return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data)
+
+    def _cache_add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool,
+    ) -> bytes:
+        """Check the add against its ledger's state and put it in the write cache; returns the bytes
+        to journal. Keep it free of allocations it does not need: every add passes here."""
         st = self._ledgers.get(ledger_id)
         if st is None:
             st = self._new_ledger(ledger_id, master_key)
@@ -324,7 +360,7 @@ class Bookie(FutureAdds):
         self._cache_bytes += len(data)
         if self._cache_bytes >= self._cache_max:
             self._ckpt_wake.set()  # checkpoint now rather than at the next tick
-        return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data)
+        return data
 
     # ---------------------------------------------------------------- write-cache throttling
 
@@ -697,6 +733,14 @@ class Bookie(FutureAdds):
         if locations is not None:
             ids.update(locations.entry_ids())
         return sorted(ids)
+
+
+def _tell(done: Waiter, fut: asyncio.Future[None]) -> None:
+    """Hand a throttled add's outcome (its future) to an :meth:`Bookie.add_entry_async` caller."""
+    if fut.cancelled():
+        done(BookieUnavailableError("add cancelled"))
+    else:
+        done(fut.exception())
 
 
 def _chain(outer: asyncio.Future[None], inner: asyncio.Future[None]) -> None:

@@ -25,9 +25,10 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -53,6 +54,10 @@ _REC_TAIL = struct.Struct("<IBqqq")  # length, type, ledger, entry, lac (the par
 REC_HEADER_SIZE = _CRC.size + _REC_TAIL.size
 _ZEROS = bytes(1 << 20)
 _SUFFIX = ".journal"
+
+
+#: Told the outcome of one record: ``None`` once it is durable, else the error.
+Waiter = Callable[[BaseException | None], None]
 
 
 class JournalPosition(NamedTuple):
@@ -123,16 +128,16 @@ class Journal:
         self._wake = threading.Event()
         # Current (open) group and groups sealed because they reached group_max_bytes.
         self._buf = bytearray()
-        self._futs: list[asyncio.Future[None]] = []
-        self._sealed: collections.deque[tuple[bytearray, list[asyncio.Future[None]]]] = collections.deque()
+        self._futs: list[Waiter] = []
+        self._sealed: collections.deque[tuple[bytearray, list[Waiter]]] = collections.deque()
         self._idle = False
         self._stopping = False
         self._failed: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._thread_done: asyncio.Future[None] | None = None
         self._tasks = TaskSet("journal")
-        # (start time, futures) of the group being written, for the watchdog.
-        self._inflight: tuple[float, list[asyncio.Future[None]]] | None = None
+        # (start time, waiters) of the group being written, for the watchdog.
+        self._inflight: tuple[float, list[Waiter]] | None = None
         # Owned by the writer thread after open().
         self._seq = 0
         self._fd = -1
@@ -267,17 +272,23 @@ class Journal:
 
     def append(self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes) -> asyncio.Future[None]:
         """Queue one record; the future resolves once it is fdatasync'ed (event loop thread only)."""
+        fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
+        self.append_cb(rtype, ledger_id, entry_id, lac, data, partial(_settle, fut))
+        return fut
+
+    def append_cb(self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes, done: Waiter) -> None:
+        """:meth:`append` with a callback instead of a future (the publish hot path: no future and no
+        extra loop callback per record). ``done`` is called once, on the event loop, never from here."""
         if self._failed is not None or self._stopping:
             raise BookieUnavailableError(f"journal is not writable: {self._failed or 'closing'}")
         tail = _REC_TAIL.pack(len(data), rtype, ledger_id, entry_id, lac)
         crc = crc32c(data, crc32c(tail))
-        fut = self._loop.create_future()  # type: ignore[union-attr]
         with self._lock:
             buf = self._buf
             buf += _CRC.pack(crc)
             buf += tail
             buf += data
-            self._futs.append(fut)
+            self._futs.append(done)
             if len(buf) >= self.group_max_bytes:
                 self._sealed.append((buf, self._futs))
                 self._buf = bytearray()
@@ -286,9 +297,8 @@ class Journal:
             self._idle = False
         if wake:
             self._wake.set()
-        return fut
 
-    def _take(self) -> tuple[bytearray, list[asyncio.Future[None]]] | None:
+    def _take(self) -> tuple[bytearray, list[Waiter]] | None:
         with self._lock:
             if self._sealed:
                 return self._sealed.popleft()
@@ -349,7 +359,7 @@ class Journal:
             self.max_group_bytes = n
         self._synced = JournalPosition(self._seq, self._off)
 
-    def _fail_all(self, futs: list[asyncio.Future[None]], exc: BaseException) -> None:
+    def _fail_all(self, futs: list[Waiter], exc: BaseException) -> None:
         """Fail ``futs`` and everything still queued (writer thread)."""
         with self._lock:
             pending = [futs, *(f for _, f in self._sealed), self._futs]
@@ -403,16 +413,32 @@ class Journal:
             raise BookieUnavailableError(f"journal failed: {self._failed}")
 
 
-def _resolve(futs: list[asyncio.Future[None]]) -> None:
-    for f in futs:
-        if not f.done():
-            f.set_result(None)
+def _resolve(waiters: list[Waiter]) -> None:
+    """A group is durable: tell its waiters (a group failed by the watchdog meanwhile was emptied)."""
+    for done in waiters:
+        try:
+            done(None)
+        except Exception:  # one faulty waiter must not strand the rest of the group
+            log.exception("journal waiter failed")
+    waiters.clear()
 
 
-def _fail(futs: list[asyncio.Future[None]], exc: BookieError) -> None:
-    for f in futs:
-        if not f.done():
-            f.set_exception(exc)
+def _fail(waiters: list[Waiter], exc: BookieError) -> None:
+    for done in waiters:
+        try:
+            done(exc)
+        except Exception:
+            log.exception("journal waiter failed")
+    waiters.clear()  # each waiter hears once: a late write of this group tells nobody
+
+
+def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)
 
 
 def _set_done(fut: asyncio.Future[None] | None) -> None:

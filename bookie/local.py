@@ -6,6 +6,7 @@ import asyncio
 
 from .api import BookieClient, BookieUnavailableError, FutureAdds
 from .bookie import Bookie
+from .journal import Waiter
 
 
 class LocalBookieClient(FutureAdds, BookieClient):
@@ -36,6 +37,19 @@ class LocalBookieClient(FutureAdds, BookieClient):
     ) -> asyncio.Future[None]:
         """Fast path for the ledger client: a future instead of a coroutine (no task per add)."""
         return self._check().add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+
+    def add_entry_async(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool,
+        done: Waiter,
+    ) -> None:
+        """Fastest path: ``done(None | error)`` once durable, no future per add (see :meth:`Bookie.add_entry_async`)."""
+        self._check().add_entry_async(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery, done)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         return await self._check().read_entries(ledger_id, first, last)

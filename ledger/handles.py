@@ -143,10 +143,11 @@ class LedgerWriteHandle(WriteHandle):
         self._clients: list[BookieClient] = [self._client_of(a) for a in bookies]
         # Per slot, the cheapest add the client offers: RemoteBookieClient.add_encoded_cb takes
         # an entry encoded once for all its replicas and calls the slot's callback straight from
-        # its connection (no future); LocalBookieClient's add_entry_nowait returns a future (no
-        # task); anything else gets a task per add.
+        # its connection (no future); LocalBookieClient.add_entry_async calls back from the journal
+        # (no future either); add_entry_nowait returns a future (no task); anything else gets a task.
         self._cb_adds: list[Any] = [getattr(c, "add_encoded_cb", None) for c in self._clients]
         self._encoders: list[Any] = [getattr(c, "encode_add_body", None) for c in self._clients]
+        self._async: list[Any] = [getattr(c, "add_entry_async", None) for c in self._clients]
         self._nowait: list[Any] = [getattr(c, "add_entry_nowait", None) for c in self._clients]
         self._slot_done: list[Callable[[_PendingAdd, BaseException | None], None]] = [
             partial(self._on_slot_done, idx, gen) for idx, gen in enumerate(self._slot_gen)
@@ -212,6 +213,9 @@ class LedgerWriteHandle(WriteHandle):
                         body = encoder(lid, eid, key, lac, stored, recovery)
                     add_cb(body, self._slot_done[idx], op)
                     continue
+                if (cb_add := self._async[idx]) is not None:
+                    cb_add(lid, eid, key, lac, stored, recovery, partial(self._on_replica_result, op, idx, gens[idx]))
+                    continue
                 nowait = self._nowait[idx]
                 if nowait is not None:
                     fut = nowait(lid, eid, key, lac, stored, recovery)
@@ -235,6 +239,17 @@ class LedgerWriteHandle(WriteHandle):
                     self._encoders[idx](lid, eid, self._master_key, self._lac, stored, recovery),
                     self._slot_done[idx],
                     op,
+                )
+                return
+            if (cb_add := self._async[idx]) is not None:
+                cb_add(
+                    lid,
+                    eid,
+                    self._master_key,
+                    self._lac,
+                    stored,
+                    recovery,
+                    partial(self._on_replica_result, op, idx, gen),
                 )
                 return
             if nowait is not None:
@@ -409,6 +424,7 @@ class LedgerWriteHandle(WriteHandle):
             self._cb_adds[idx] = getattr(client, "add_encoded_cb", None)
             self._encoders[idx] = getattr(client, "encode_add_body", None)
             self._nowait[idx] = getattr(client, "add_entry_nowait", None)
+            self._async[idx] = getattr(client, "add_entry_async", None)
             self._failed.discard(idx)
         self.ensemble_changes += 1
         self._degraded_logged = False

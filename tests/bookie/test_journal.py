@@ -129,3 +129,44 @@ async def test_append_after_close_fails(tmp_path: Path) -> None:
     await j.close()
     with pytest.raises(BookieUnavailableError):
         j.append(REC_ADD, 1, 0, -1, b"late")
+
+
+async def test_callback_appends_hear_once_on_the_loop(tmp_path: Path) -> None:
+    """append_cb (the publish hot path) tells each waiter exactly once, on the event loop, after the sync."""
+    j = await start_journal(tmp_path)
+    heard: list[tuple[int, BaseException | None]] = []
+    for i in range(50):
+        j.append_cb(REC_ADD, 1, i, -1, b"z" * 10, lambda exc, i=i: heard.append((i, exc)))
+    assert heard == []  # never from inside append_cb
+    async with asyncio.timeout(10):
+        while len(heard) < 50:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert heard == [(i, None) for i in range(50)]
+    await asyncio.sleep(0.05)
+    assert len(heard) == 50
+    await j.close()
+    assert [r[2] for r in replayed(tmp_path)] == list(range(50))
+
+
+async def test_a_stalled_group_fails_its_waiters_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog fails waiters behind a stalled fdatasync; when the write finally ends they hear nothing more."""
+    j = await start_journal(tmp_path, add_timeout_s=0.2)
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    real_fdatasync = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(10)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    heard: list[BaseException | None] = []
+    j.append_cb(REC_ADD, 1, 0, -1, b"s", heard.append)
+    async with asyncio.timeout(10):
+        while not heard:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    assert len(heard) == 1 and heard[0] is not None  # timed out
+    release.set()
+    await asyncio.sleep(0.3)
+    assert len(heard) == 1
+    await j.close()
