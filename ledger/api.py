@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 
@@ -82,6 +84,19 @@ class ReadHandle(abc.ABC):
         """Release the handle (does not change the ledger)."""
 
 
+#: Told an append's outcome: ``(entry_id, None)`` or ``(None, error)``.
+AppendCallback = Callable[[int | None, BaseException | None], None]
+
+
+def _tell(callback: AppendCallback, fut: asyncio.Future[int]) -> None:
+    if fut.cancelled():
+        callback(None, LedgerError("append cancelled"))
+    elif (exc := fut.exception()) is not None:
+        callback(None, exc)
+    else:
+        callback(fut.result(), None)
+
+
 class WriteHandle(ReadHandle):
     """The single writer of a ledger."""
 
@@ -93,9 +108,15 @@ class WriteHandle(ReadHandle):
         """
 
     def append_nowait(self, data: bytes) -> asyncio.Future[int]:
-        """:meth:`append` issued now (entries keep call order), its outcome as a future: the hot path
-        uses it to avoid a coroutine per entry. This default runs :meth:`append` as a task."""
+        """:meth:`append` issued now (entries keep call order), its outcome as a future. This default
+        runs :meth:`append` as a task."""
         return asyncio.ensure_future(self.append(data))
+
+    def append_async(self, data: bytes, callback: AppendCallback) -> None:
+        """:meth:`append_nowait` for the hot path: ``callback(entry_id, None)`` or ``callback(None, error)``
+        once the add completed (never before this returns; errors found at once are raised). Handles
+        call it directly; this default goes through the future."""
+        self.append_nowait(data).add_done_callback(partial(_tell, callback))
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -20,6 +20,7 @@ from magnetar.common.tasks import TaskSet
 
 from . import digest
 from .api import (
+    AppendCallback,
     LedgerClosedError,
     LedgerEntry,
     LedgerError,
@@ -65,13 +66,22 @@ class _UnknownBookie(BookieClient):
 
 
 class _PendingAdd:
-    __slots__ = ("acked", "acks", "entry_id", "future", "mask", "started", "stored", "total_length")
+    __slots__ = ("acked", "acks", "callback", "entry_id", "future", "mask", "started", "stored", "total_length")
 
-    def __init__(self, entry_id: int, stored: bytes, total_length: int, future: asyncio.Future[int]) -> None:
+    def __init__(
+        self,
+        entry_id: int,
+        stored: bytes,
+        total_length: int,
+        future: asyncio.Future[int],
+        callback: AppendCallback | None,
+    ) -> None:
         self.entry_id = entry_id
         self.stored = stored
         self.total_length = total_length
         self.future = future
+        #: Told the outcome directly (no done-callback hop through the loop), besides the future.
+        self.callback = callback
         self.acks = 0
         self.mask = 0  # bit i: ensemble slot i acknowledged (undone when slot i is replaced)
         self.acked = False
@@ -180,6 +190,13 @@ class LedgerWriteHandle(WriteHandle):
 
     def append_nowait(self, data: bytes) -> asyncio.Future[int]:
         """Start an append; the future gives its entry id once an ack quorum has it (in order)."""
+        return self._start(data, None).future
+
+    def append_async(self, data: bytes, callback: AppendCallback) -> None:
+        """Start an append whose outcome goes straight to ``callback`` when it completes (in order)."""
+        self._start(data, callback)
+
+    def _start(self, data: bytes, callback: AppendCallback | None) -> _PendingAdd:
         if self._error is not None:
             raise self._error
         if self._closing:
@@ -188,12 +205,13 @@ class LedgerWriteHandle(WriteHandle):
         self._next_entry = eid + 1
         total = self._pending_length + len(data)
         self._pending_length = total
-        op = _PendingAdd(eid, digest.frame(self.ledger_id, eid, total, data), total, self._loop.create_future())
+        stored = digest.frame(self.ledger_id, eid, total, data)
+        op = _PendingAdd(eid, stored, total, self._loop.create_future(), callback)
         self._pending.append(op)
         if self._timer is None:
             self._arm_timer()
         self._send(op)
-        return op.future
+        return op
 
     def _send(self, op: _PendingAdd) -> None:
         # Hot path: the body of _send_to, inlined (no call per replica).
@@ -309,6 +327,8 @@ class LedgerWriteHandle(WriteHandle):
             self._length = op.total_length
             if not op.future.done():
                 op.future.set_result(op.entry_id)
+                if op.callback is not None:
+                    op.callback(op.entry_id, None)
 
     # ---------------------------------------------------------------- ensemble changes
 
@@ -469,6 +489,9 @@ class LedgerWriteHandle(WriteHandle):
         for op in pending:
             if not op.future.done():
                 op.future.set_exception(self._error)
+                if op.callback is not None:
+                    op.future.exception()  # its outcome goes to the callback; nobody awaits the future
+                    op.callback(None, self._error)
 
     def _arm_timer(self) -> None:
         period = max(0.05, min(1.0, self.ctx.config.add_timeout_s / 4))

@@ -218,27 +218,9 @@ class LedgerWriter:
         ) and self._loop.time() - self._current_created >= cfg.min_ledger_rollover_seconds:
             self._start_rollover()
         try:
-            fut = handle.append_nowait(data)
+            handle.append_async(data, partial(self._issued, data, seq, item, callback, cur))
         except BaseException as e:  # the handle failed or is closing
             self._issued(data, seq, item, callback, cur, None, e)
-            return
-        fut.add_done_callback(partial(self._on_appended, data, seq, item, callback, cur))
-
-    def _on_appended(
-        self,
-        data: bytes,
-        seq: int,
-        item: _PendingAdd | None,
-        callback: AddCallback | None,
-        cur: LedgerInfo,
-        fut: asyncio.Future[int],
-    ) -> None:
-        if fut.cancelled():
-            self._issued(data, seq, item, callback, cur, None, ManagedLedgerClosedError(f"{self._name}: add cancelled"))
-        elif (exc := fut.exception()) is not None:
-            self._issued(data, seq, item, callback, cur, None, exc)
-        else:
-            self._issued(data, seq, item, callback, cur, fut.result(), None)
 
     def _issued(
         self,

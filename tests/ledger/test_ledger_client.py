@@ -252,3 +252,28 @@ async def test_fast_path_handle_type(cluster: Cluster) -> None:
     futs = [h.append_nowait(b"%d" % i) for i in range(1000)]
     assert await asyncio.gather(*futs) == list(range(1000))
     await h.close()
+
+
+async def test_append_async_tells_each_outcome_once_in_order(cluster: Cluster) -> None:
+    """The publish hot path's append: callbacks (no future hop) with entry ids in order, then the error
+    of a failed handle for the adds it could not complete."""
+    client, faulty = cluster.client(faulty=True)
+    h = await client.create_ledger(STRIPED)
+    heard: list[tuple[int | None, BaseException | None]] = []
+    for i in range(20):
+        h.append_async(data(i), lambda eid, exc: heard.append((eid, exc)))
+    assert heard == []  # never before append_async returns
+    async with asyncio.timeout(10):
+        while len(heard) < 20:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert heard == [(i, None) for i in range(20)]
+    faulty[h.metadata.ensembles[0][1][2]].fail_adds = True  # type: ignore[attr-defined]
+    failed: list[tuple[int | None, BaseException | None]] = []
+    for i in range(20, 23):  # entry 20's write set is bookies {2, 0}: Qa=2 cannot be reached
+        h.append_async(data(i), lambda eid, exc: failed.append((eid, exc)))
+    async with asyncio.timeout(10):
+        while len(failed) < 3:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert len(failed) == 3 and all(eid is None and isinstance(exc, LedgerError) for eid, exc in failed)
+    await h.close()
