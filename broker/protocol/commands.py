@@ -20,6 +20,11 @@ _U64 = 2**64 - 1
 def _varint(value: int) -> bytes:
     if value < 0x80:
         return _SMALL[value]
+    # Entry ids, sequence ids and sizes mostly fit in two or three bytes: no loop for them.
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -64,13 +69,20 @@ def message_header(
 
 
 def send_receipt(producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int) -> bytes:
-    """SEND_RECEIPT frame for a stored entry (``-1, -1`` for a deduplicated one, as Pulsar sends it)."""
-    mid = _message_id(ledger_id & _U64, entry_id & _U64)
-    body = b"\x08" + _varint(producer_id) + b"\x10" + _varint(sequence_id) + b"\x1a" + _varint(len(mid)) + mid
+    """SEND_RECEIPT frame for a stored entry (``-1, -1`` for a deduplicated one, as Pulsar sends it).
+
+    Encoded by hand (one per published entry): each part once, joined once."""
+    if ledger_id < 0 or entry_id < 0:
+        ledger_id &= _U64
+        entry_id &= _U64
+    mid = b"".join((b"\x08", _varint(ledger_id), b"\x10", _varint(entry_id)))
+    parts = [b"\x08", _varint(producer_id), b"\x10", _varint(sequence_id), b"\x1a", _varint(len(mid)), mid]
     if highest_sequence_id:
-        body += b"\x20" + _varint(highest_sequence_id)
-    cmd = b"\x08\x07\x3a" + _varint(len(body)) + body  # type=SEND_RECEIPT, field 7
-    return _U32X2.pack(len(cmd) + 4, len(cmd)) + cmd
+        parts += (b"\x20", _varint(highest_sequence_id))
+    body = b"".join(parts)
+    n = len(body)
+    size = n + 4 + (n >= 0x80)  # type=SEND_RECEIPT, field 7 (3 bytes), the body's length (1 or 2), body
+    return b"".join((_U32X2.pack(size + 4, size), b"\x08\x07\x3a", _varint(n), body))
 
 
 def connected(server_version: str, protocol_version: int, max_message_size: int, topic_watchers: bool) -> bytes:
