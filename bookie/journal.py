@@ -53,11 +53,23 @@ _CRC = struct.Struct("<I")
 _REC_TAIL = struct.Struct("<IBqqq")  # length, type, ledger, entry, lac (the part after the crc)
 REC_HEADER_SIZE = _CRC.size + _REC_TAIL.size
 _ZEROS = bytes(1 << 20)
+#: Records with less data than this are copied into the group's buffer; bigger ones (batches) are
+#: written from their own bytes (``pwritev``), not copied once more on the event loop.
+_INLINE_MAX = 4096
+_IOV_MAX = 1024
 _SUFFIX = ".journal"
 
 
 #: Told the outcome of one record: ``None`` once it is durable, else the error.
 Waiter = Callable[[BaseException | None], None]
+
+
+class _Group(NamedTuple):
+    """Records written together with one ``pwritev`` and one ``fdatasync``."""
+
+    parts: list[bytes | bytearray]
+    size: int
+    waiters: list[Waiter]
 
 
 class JournalPosition(NamedTuple):
@@ -126,10 +138,13 @@ class Journal:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        # Current (open) group and groups sealed because they reached group_max_bytes.
-        self._buf = bytearray()
+        # Current (open) group: its parts (the last one a buffer collecting small records), size and
+        # waiters; and groups sealed because they reached group_max_bytes.
+        self._tail = bytearray()
+        self._parts: list[bytes | bytearray] = [self._tail]
+        self._size_queued = 0
         self._futs: list[Waiter] = []
-        self._sealed: collections.deque[tuple[bytearray, list[Waiter]]] = collections.deque()
+        self._sealed: collections.deque[_Group] = collections.deque()
         self._idle = False
         self._stopping = False
         self._failed: BaseException | None = None
@@ -284,29 +299,36 @@ class Journal:
         tail = _REC_TAIL.pack(len(data), rtype, ledger_id, entry_id, lac)
         crc = crc32c(data, crc32c(tail))
         with self._lock:
-            buf = self._buf
+            buf = self._tail
             buf += _CRC.pack(crc)
             buf += tail
-            buf += data
+            if len(data) < _INLINE_MAX:
+                buf += data
+            else:
+                self._tail = bytearray()
+                self._parts += (data, self._tail)
+            self._size_queued += REC_HEADER_SIZE + len(data)
             self._futs.append(done)
-            if len(buf) >= self.group_max_bytes:
-                self._sealed.append((buf, self._futs))
-                self._buf = bytearray()
-                self._futs = []
+            if self._size_queued >= self.group_max_bytes:
+                self._sealed.append(self._cut())
             wake = self._idle
             self._idle = False
         if wake:
             self._wake.set()
 
-    def _take(self) -> tuple[bytearray, list[Waiter]] | None:
+    def _cut(self) -> _Group:
+        """Close the open group and start the next one (caller holds the lock)."""
+        group = _Group(self._parts, self._size_queued, self._futs)
+        self._tail = bytearray()
+        self._parts, self._size_queued, self._futs = [self._tail], 0, []
+        return group
+
+    def _take(self) -> _Group | None:
         with self._lock:
             if self._sealed:
                 return self._sealed.popleft()
             if self._futs:
-                group = (self._buf, self._futs)
-                self._buf = bytearray()
-                self._futs = []
-                return group
+                return self._cut()
             if not self._stopping:
                 self._idle = True
             return None
@@ -325,10 +347,10 @@ class Journal:
                     if self.max_wait_s > 0:
                         time.sleep(self.max_wait_s)  # let a few more adds join this group
                     continue
-                buf, futs = group
+                parts, size, futs = group
                 self._inflight = (time.monotonic(), futs)
                 try:
-                    self._write(buf)
+                    self._write(parts, size)
                 except BaseException as e:
                     log.exception("journal write failed; the bookie stops accepting adds")
                     self._failed = e
@@ -342,15 +364,20 @@ class Journal:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_set_done, self._thread_done)
 
-    def _write(self, buf: bytearray) -> None:
-        n = len(buf)
+    def _write(self, parts: list[bytes | bytearray], n: int) -> None:
         if self._off + n > self._size:
             self._rotate(n)
         fd, off = self._fd, self._off
-        mv = memoryview(buf)
-        done = 0
-        while done < n:
-            done += os.pwrite(fd, mv[done:], off + done)
+        pos = off
+        for i in range(0, len(parts), _IOV_MAX):
+            batch = parts[i : i + _IOV_MAX]
+            total = sum(map(len, batch))
+            done = os.pwritev(fd, batch, pos)
+            if done < total:  # short write: finish it the slow way
+                rest = memoryview(b"".join(batch))
+                while done < total:
+                    done += os.pwrite(fd, rest[done:], pos + done)
+            pos += total
         os.fdatasync(fd)
         self._off = off + n
         self.bytes_written += n
@@ -362,9 +389,9 @@ class Journal:
     def _fail_all(self, futs: list[Waiter], exc: BaseException) -> None:
         """Fail ``futs`` and everything still queued (writer thread)."""
         with self._lock:
-            pending = [futs, *(f for _, f in self._sealed), self._futs]
+            pending = [futs, *(g.waiters for g in self._sealed), self._futs]
             self._sealed.clear()
-            self._buf, self._futs = bytearray(), []
+            self._cut()
         err = BookieUnavailableError(f"journal failed: {exc}")
         with contextlib.suppress(RuntimeError):
             for group in pending:
@@ -379,7 +406,7 @@ class Journal:
             if inflight is not None and time.monotonic() - inflight[0] > self.add_timeout_s:
                 log.warning("journal write stalled for more than %.1fs", self.add_timeout_s)
                 with self._lock:
-                    groups = [inflight[1], *(f for _, f in self._sealed), self._futs]
+                    groups = [inflight[1], *(g.waiters for g in self._sealed), self._futs]
                 err = BookieUnavailableError("journal write timed out")
                 for group in groups:
                     _fail(group, err)
