@@ -41,7 +41,7 @@ class Frame:
     """One decoded frame: the command and, for SEND/MESSAGE, the entry bytes that follow it."""
 
     command: pb.BaseCommand
-    entry: memoryview | None
+    entry: bytes | None
 
 
 class FrameDecoder:
@@ -80,13 +80,13 @@ class FrameDecoder:
                 raise FrameError(f"invalid frame size {total} (max {self.max_frame_size})")
             if end - offset - 4 < total:
                 break
-            # One copy per frame: the frame owns its bytes (the entry is a view of them).
-            frames.append(_decode_frame(bytes(view[offset + 4 : offset + 4 + total])))
+            # The command is decoded from the view; the entry is the frame's one copy (batches are big).
+            frames.append(_decode_frame(view[offset + 4 : offset + 4 + total]))
             offset += 4 + total
         return frames, offset
 
 
-def _decode_frame(frame: bytes) -> Frame:
+def _decode_frame(frame: memoryview) -> Frame:
     (cmd_size,) = _U32.unpack_from(frame, 0)
     if cmd_size == 0 or cmd_size > len(frame) - 4:
         raise FrameError(f"invalid command size {cmd_size} in frame of {len(frame)} bytes")
@@ -98,11 +98,10 @@ def _decode_frame(frame: bytes) -> Frame:
     except Exception as exc:  # protobuf raises DecodeError; any parse failure is a framing error
         raise FrameError(f"cannot decode command: {exc}") from exc
     rest = len(frame) - 4 - cmd_size
-    entry = memoryview(frame)[4 + cmd_size :] if rest else None
-    return Frame(command, entry)
+    return Frame(command, bytes(frame[4 + cmd_size :]) if rest else None)
 
 
-def verify_entry(entry: memoryview) -> bytes:
+def verify_entry(entry: bytes) -> bytes:
     """Check an entry's crc32c and return the bytes to store (``0x0e01`` header included).
 
     Entries sent without a checksum (protocol < v6) get one computed, so stored entries are
@@ -112,13 +111,13 @@ def verify_entry(entry: memoryview) -> bytes:
         if len(entry) < 10:
             raise FrameError("truncated message header")
         (expected,) = _U32.unpack_from(entry, 2)
-        body = entry[6:]
+        body = memoryview(entry)[6:]
         _check_metadata_size(body)
         if crc32c(body) != expected:
             raise ChecksumMismatchError(f"checksum mismatch: expected {expected:#010x}")
-        return bytes(entry)
-    _check_metadata_size(entry)
-    return _HEADER.pack(MAGIC_CRC32C, crc32c(entry)) + bytes(entry)
+        return entry  # stored as it came: no copy
+    _check_metadata_size(memoryview(entry))
+    return _HEADER.pack(MAGIC_CRC32C, crc32c(entry)) + entry
 
 
 def _check_metadata_size(body: memoryview) -> None:
