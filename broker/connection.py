@@ -238,11 +238,12 @@ class ServerConnection(asyncio.Protocol):
 
     def _handle(self, frame: Frame) -> None:
         cmd = frame.command
-        if not cmd.HasField("type"):
+        kind = cmd.type
+        # An unset type reads as the enum's first value, CONNECT: only then is presence worth checking.
+        if kind == T.CONNECT and not cmd.HasField("type"):
             # A command type this broker does not know (newer protocol): refuse it, keep the connection.
             self.write(commands.error(_request_id(cmd), pb.NotAllowedError, "Unknown command type"))
             return
-        kind = cmd.type
         if not self.handshake_done and kind != T.CONNECT:
             if self._authenticating:  # sent right behind CONNECT: handled once authentication completes
                 self._hold(frame)

@@ -169,3 +169,17 @@ def test_request_ids_are_echoed_per_kind(raw: RawClient, topic_name: str) -> Non
     raw.send(meta)
     replies = {raw.recv_command()[0].type for _ in range(2)}
     assert replies == {T.LOOKUP_RESPONSE, T.PARTITIONED_METADATA_RESPONSE}
+
+
+def test_unknown_command_type_is_refused_and_the_connection_kept(raw: RawClient) -> None:
+    """A command type from a newer protocol decodes with ``type`` unset (reading as CONNECT, the enum's
+    first value): it is refused with an error, not taken for a second CONNECT, and the connection stays."""
+    raw.connect()
+    body = b"\x08\xe7\x07"  # BaseCommand.type = 999
+    raw.send_raw(struct.pack(">II", len(body) + 4, len(body)) + body)
+    reply, _ = raw.recv_command()
+    assert reply.type == T.ERROR and reply.error.error == pb.NotAllowedError
+    assert "Unknown command type" in reply.error.message
+    assert raw.create_producer("persistent://public/default/after-unknown-type", request_id=3).type == (
+        T.PRODUCER_SUCCESS
+    )
