@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from magnetar.admin_client.auth import ClientSecurity
 from magnetar.admin_client.errors import AdminConnectionError, AdminError, reason_of
 
 #: ``body=NO_BODY`` (the default) sends no body; ``body=None`` sends JSON ``null``.
@@ -39,11 +41,30 @@ class Response:
 
 
 class AdminClient:
-    """Blocking client of the admin REST API at ``base_url``; paths start with ``/admin/v2`` (see ``paths``)."""
+    """Blocking client of the admin REST API at ``base_url``; paths start with ``/admin/v2`` (see ``paths``).
 
-    def __init__(self, base_url: str, timeout: float = 30.0) -> None:
+    ``security`` adds credentials (``Authorization`` header, or a client certificate) and the TLS trust
+    settings for ``https`` URLs. The client pickles (Spark ships it to executors): the SSL context is rebuilt.
+    """
+
+    def __init__(self, base_url: str, timeout: float = 30.0, security: ClientSecurity | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.security = security or ClientSecurity()
+        self._ssl: ssl.SSLContext | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"base_url": self.base_url, "timeout": self.timeout, "security": self.security}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["base_url"], state["timeout"], state["security"])  # type: ignore[misc]
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if not self.base_url.startswith("https:"):
+            return None
+        if self._ssl is None:
+            self._ssl = self.security.ssl_context()
+        return self._ssl
 
     def request(self, method: str, path: str, *, query: dict[str, Any] | None = None, body: Any = NO_BODY) -> Response:
         """Send one request; raises :class:`AdminError` for 4xx/5xx and :class:`AdminConnectionError`.
@@ -54,13 +75,13 @@ class AdminClient:
         if query:
             url += "?" + urlencode({k: _query_value(v) for k, v in query.items() if v is not None})
         data = None
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **self.security.http_headers()}
         if body is not NO_BODY:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl_context()) as resp:
                 return Response(resp.status, list(resp.headers.items()), resp.read())
         except urllib.error.HTTPError as exc:
             raw = exc.read() if exc.fp is not None else b""
