@@ -1,45 +1,40 @@
 """``magnetar admin``: pulsar-admin's verbs over the admin REST API v2.
 
-Usage: ``magnetar admin [--admin-url URL] [--output text|json] GROUP VERB [ARGS]``, groups ``clusters``,
-``tenants``, ``namespaces``, ``topics`` and ``brokers``. Paths and JSON bodies are Apache Pulsar's
-admin API v2, so the command also works against an Apache Pulsar broker.
+Usage: ``magnetar admin [--admin-url URL] [--output text|json] [auth/TLS flags] GROUP VERB [ARGS]``,
+groups ``clusters``, ``tenants``, ``namespaces``, ``topics`` and ``brokers``. Paths and JSON bodies are
+Apache Pulsar's admin API v2, so the command also works against an Apache Pulsar broker.
 
 Text output follows pulsar-admin: lists one item per line, objects as pretty JSON, nothing for
 operations that return no content. ``--output json`` prints compact JSON for scripts. A failed
 request prints the server's ``reason`` on stderr and exits 1; bad arguments exit 2 (argparse).
 
-The HTTP client is :class:`magnetar.admin_client.client.AdminClient`. One module a group of verbs
-(``clusters``, ``tenants``, ``namespaces``, ``topics``, ``brokers``); ``values`` parses arguments,
-``output`` prints results, ``messages`` decodes peeked messages.
+Credentials and TLS trust come from pulsar-admin's global flags or a ``client.conf`` (``--conf``,
+``$PULSAR_CLIENT_CONF``), see ``conf``. The HTTP client is
+:class:`magnetar.admin_client.client.AdminClient`. One module a group of verbs (``clusters``, ``tenants``,
+``namespaces``, ``topics``, ``brokers``); ``values`` parses arguments, ``output`` prints results,
+``messages`` decodes peeked messages.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TextIO
 
+from magnetar.admin_client.auth import AuthConfigError
 from magnetar.admin_client.client import AdminClient
 from magnetar.admin_client.errors import AdminConnectionError, AdminError
 from magnetar.cli.admin import brokers, clusters, namespaces, tenants, topics
+from magnetar.cli.admin.conf import add_connection_options, resolve
 from magnetar.cli.admin.output import render
 from magnetar.cli.admin.verbs import UsageError
 
-DEFAULT_ADMIN_URL = "http://localhost:8080"
-#: Environment variable that overrides the default ``--admin-url``.
-ADMIN_URL_ENV = "MAGNETAR_ADMIN_URL"
-
 
 def _common_options(defaults: bool) -> argparse.ArgumentParser:
-    """``--admin-url`` and ``--output``, accepted before the group and after the verb."""
+    """Connection flags and ``--output``, accepted before the group and after the verb."""
     p = argparse.ArgumentParser(add_help=False)
     suppress = argparse.SUPPRESS
-    p.add_argument(
-        "--admin-url",
-        default=os.environ.get(ADMIN_URL_ENV, DEFAULT_ADMIN_URL) if defaults else suppress,
-        help=f"admin API base URL (default ${ADMIN_URL_ENV} or {DEFAULT_ADMIN_URL})",
-    )
+    add_connection_options(p, defaults)
     p.add_argument(
         "-o",
         "--output",
@@ -71,7 +66,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Execute the parsed command; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    client = AdminClient(args.admin_url, timeout=args.timeout)
+    try:
+        url, security = resolve(args)
+    except AuthConfigError as exc:
+        err.write(f"error: {exc}\n")
+        return 2
+    client = AdminClient(url, timeout=args.timeout, security=security)
     try:
         result = args.handler(client, args)
     except UsageError as exc:
