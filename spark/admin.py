@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from magnetar.admin_client.auth import ClientSecurity
 from magnetar.admin_client.client import AdminClient
 from magnetar.admin_client.errors import AdminError
 from magnetar.admin_client.paths import api_path, parse_topic, subscription_path, topic_path
@@ -16,8 +17,8 @@ from magnetar.spark.offsets import EARLIEST, Position, after_last
 class Admin:
     """Just the calls the Spark source and sink need; topics are full names (``persistent://t/ns/x``)."""
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
-        self.client = AdminClient(url, timeout)
+    def __init__(self, url: str, security: ClientSecurity | None = None, timeout: float = 30.0) -> None:
+        self.client = AdminClient(url, timeout, security)
 
     def partitions(self, topic: str) -> int:
         """Partition count of a partitioned topic; 0 for a non-partitioned (or missing) one."""

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from magnetar.admin_client.auth import ClientSecurity
 from magnetar.spark.offsets import EARLIEST, Position, after
 from magnetar.spark.schemas import TopicSchema
 
@@ -14,11 +15,15 @@ class DataLossError(RuntimeError):
     """Messages of a requested range are gone (retention/TTL trimmed them under the query)."""
 
 
-def make_client(service_url: str, client_options: Mapping[str, Any]) -> Any:
+def make_client(service_url: str, client_options: Mapping[str, Any], security: ClientSecurity | None = None) -> Any:
+    """A ``pulsar.Client`` with the user's pass-through options, credentials and TLS trust (made where used:
+    the client's Authentication object cannot be pickled to executors)."""
     import pulsar
 
     opts = {"operation_timeout_seconds": 30, "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)}
     opts.update(client_options)
+    if security is not None:
+        opts.update(security.pulsar_client_kwargs())
     return pulsar.Client(service_url, **opts)
 
 

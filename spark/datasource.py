@@ -140,7 +140,7 @@ def topic_schema(opts: SourceOptions) -> TopicSchema:
     """The one schema of the topics read (raw bytes with ``allowDifferentTopicSchemas``); differing ones fail."""
     if opts.allow_different_schemas:
         return TopicSchema()
-    admin = Admin(opts.admin_url)
+    admin = Admin(opts.admin_url, opts.admin_security)
     bases = sorted({str(TopicName.parse(t).partitioned_base) for t in _Planner(opts).topic_partitions()})
     found = {t: TopicSchema.from_info(admin.schema(t)) for t in bases or opts.topics}
     kinds: list[TopicSchema] = []
@@ -168,7 +168,7 @@ class _Planner:
     def __init__(self, opts: SourceOptions, schema: TopicSchema | None = None) -> None:
         self.opts = opts
         self.schema = schema or TopicSchema()
-        self.admin = Admin(opts.admin_url)
+        self.admin = Admin(opts.admin_url, opts.admin_security)
         self._client: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -180,7 +180,9 @@ class _Planner:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = client_io.make_client(self.opts.service_url, self.opts.client_options)
+            self._client = client_io.make_client(
+                self.opts.service_url, self.opts.client_options, self.opts.client_security
+            )
         return self._client
 
     def close(self) -> None:
@@ -445,11 +447,11 @@ class _Sender:
     def send_all(self, rows: Iterator[Any], name_base: str | None, batch_id: int | None) -> int:
         import datetime as dt
 
-        client = client_io.make_client(self.opts.service_url, self.opts.client_options)
+        client = client_io.make_client(self.opts.service_url, self.opts.client_options, self.opts.client_security)
         producers: dict[str, Any] = {}
         partitions: dict[str, list[str]] = {}
         schemas: dict[str, TopicSchema] = {}
-        admin = Admin(self.opts.admin_url or default_admin_url(self.opts.service_url))
+        admin = Admin(self.opts.admin_url or default_admin_url(self.opts.service_url), self.opts.admin_security)
         errors: list[str] = []
 
         import pulsar

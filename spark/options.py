@@ -6,6 +6,11 @@ Names follow StreamNative's Scala connector where they overlap (``service.url``,
 (lower-cased), so lookups here ignore case. ``pulsar.client.*`` / ``pulsar.reader.*`` / ``pulsar.producer.*``
 keys are passed to ``pulsar.Client`` / ``create_reader`` / ``create_producer`` (Python or Java-style names:
 ``operation_timeout_seconds`` or ``operationTimeoutSeconds``). Any other option is an error, never ignored.
+
+Secured clusters: the Spark connector's ``pulsar.client.authPluginClassName`` / ``authParams`` /
+``tlsTrustCertsFilePath`` / ``tlsAllowInsecureConnection`` / ``tlsHostnameVerificationEnable`` set the
+credentials and TLS trust of the client and, unless ``pulsar.admin.<same name>`` overrides them, of the admin
+calls (:class:`magnetar.admin_client.auth.ClientSecurity`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.admin_client.auth import ClientSecurity
 from magnetar.admin_client.paths import parse_topic
 from magnetar.spark.offsets import Position
 
@@ -85,17 +91,40 @@ SINK_OPTIONS = frozenset({"service.url", "admin.url", "topic", "exactlyonce", "p
 SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
 
 
+#: Security settings inside ``pulsar.client.*`` / ``pulsar.admin.*`` (squashed names -> ClientSecurity argument):
+#: the Spark connector's / Java client's names and the Python client's.
+SECURITY_KEYS = {
+    "authpluginclassname": "auth_plugin",
+    "authplugin": "auth_plugin",
+    "authparams": "auth_params",
+    "tlstrustcertsfilepath": "tls_trust_certs_file",
+    "tlsallowinsecureconnection": "tls_allow_insecure",
+    "tlshostnameverificationenable": "tls_hostname_verification",
+    "tlsenablehostnameverification": "tls_hostname_verification",
+    "tlsvalidatehostname": "tls_hostname_verification",
+}
+#: Their spelling in messages.
+_SECURITY_NAMES = (
+    "authPluginClassName",
+    "authParams",
+    "tlsTrustCertsFilePath",
+    "tlsAllowInsecureConnection",
+    "tlsHostnameVerificationEnable",
+)
+
+
 def check_option_names(options: Mapping[str, str], known: frozenset[str], prefixes: tuple[str, ...], what: str) -> None:
     """Unknown options are an error (a typo must not silently change what a job does)."""
     for key in options:
         low = key.lower()
-        if "auth" in low:
-            raise ValueError(
-                f"option {key}: authentication is not supported yet (Magnetar brokers have no authentication; "
-                "connect to an unsecured service URL)"
-            )
         if low in known or low in SPARK_OPTIONS or low.startswith(prefixes):
             continue
+        if _squash(low) in SECURITY_KEYS:
+            name = next((n for n in _SECURITY_NAMES if n.lower() == low), key)
+            raise ValueError(
+                f"unknown option {key!r} of the pulsar {what}: use pulsar.client.{name} (and "
+                f"pulsar.admin.{name} for the admin calls when they differ)"
+            )
         close = difflib.get_close_matches(low, sorted(known), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         passing = ", ".join(prefixes)
@@ -126,10 +155,38 @@ def pass_through(raw: Mapping[str, str], func: Callable[..., Any], reserved: set
 
 
 def client_kwargs(raw: Mapping[str, str]) -> dict[str, Any]:
-    """``pulsar.client.*`` -> ``pulsar.Client`` keyword arguments (service URL, logger and auth are ours)."""
+    """``pulsar.client.*`` -> ``pulsar.Client`` keyword arguments (service URL, logger and security are ours)."""
     import pulsar
 
-    return pass_through(raw, pulsar.Client.__init__, {"service_url", "authentication", "logger"}, "pulsar.client.")
+    reserved = {"service_url", "authentication", "logger"}
+    reserved |= {"tls_trust_certs_file_path", "tls_allow_insecure_connection", "tls_validate_hostname"}
+    plain = {k: v for k, v in raw.items() if _squash(k) not in SECURITY_KEYS}
+    return pass_through(plain, pulsar.Client.__init__, reserved, "pulsar.client.")
+
+
+def _security_settings(raw: Mapping[str, str]) -> dict[str, str]:
+    return {SECURITY_KEYS[_squash(k)]: v for k, v in raw.items() if _squash(k) in SECURITY_KEYS}
+
+
+def securities(options: Mapping[str, str]) -> tuple[ClientSecurity, ClientSecurity]:
+    """``(client, admin)`` credentials and TLS trust from ``pulsar.client.*`` and ``pulsar.admin.*``.
+
+    The admin calls use the client's settings unless ``pulsar.admin.<name>`` gives their own (an admin plugin
+    replaces the client's plugin and params as a pair). Bad values raise ``AuthConfigError`` (a ValueError).
+    """
+    client = _security_settings(_client_options(options))
+    admin_raw = _client_options(options, "pulsar.admin.")
+    for key in admin_raw:
+        if _squash(key) not in SECURITY_KEYS:
+            raise ValueError(f"option pulsar.admin.{key}: the admin client takes only {', '.join(_SECURITY_NAMES)}")
+    admin = dict(client)
+    own = _security_settings(admin_raw)
+    if {"auth_plugin", "auth_params"} & own.keys():
+        admin.pop("auth_plugin", None)
+        admin.pop("auth_params", None)
+    admin.update(own)
+    client_security = ClientSecurity.from_settings(**client)
+    return client_security, (client_security if admin == client else ClientSecurity.from_settings(**admin))
 
 
 def reader_kwargs(raw: Mapping[str, str]) -> dict[str, Any]:
@@ -297,6 +354,8 @@ class SourceOptions:
     commit_subscription: str | None = None
     client_options: dict[str, Any] = field(default_factory=dict)
     reader_options: dict[str, Any] = field(default_factory=dict)
+    client_security: ClientSecurity = field(default_factory=ClientSecurity)
+    admin_security: ClientSecurity = field(default_factory=ClientSecurity)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool | None) -> SourceOptions:
@@ -304,7 +363,7 @@ class SourceOptions:
 
         ``None``: not known yet (Spark asks for the row schema first), so mode-specific checks are skipped.
         """
-        check_option_names(options, SOURCE_OPTIONS, ("pulsar.client.", "pulsar.reader."), "source")
+        check_option_names(options, SOURCE_OPTIONS, ("pulsar.client.", "pulsar.admin.", "pulsar.reader."), "source")
         service_url = _get(options, "service.url")
         if not service_url:
             raise ValueError("option service.url is required (e.g. pulsar://localhost:6650)")
@@ -338,6 +397,7 @@ class SourceOptions:
         starting = parse_offset_spec(starting_raw, LATEST if streaming else EARLIEST, "startingOffsets")
         if streaming is False and starting == LATEST:
             raise ValueError("startingOffsets cannot be latest for batch reads")
+        client_security, admin_security = securities(options)
         return cls(
             service_url=service_url,
             admin_url=admin_url.rstrip("/"),
@@ -357,6 +417,8 @@ class SourceOptions:
             commit_subscription=commit_subscription(options, bool(streaming), pattern or ",".join(names)),
             client_options=client_kwargs(_client_options(options)),
             reader_options=reader_kwargs(_client_options(options, "pulsar.reader.")),
+            client_security=client_security,
+            admin_security=admin_security,
         )
 
 
@@ -371,16 +433,19 @@ class SinkOptions:
     producer_prefix: str = "spark"
     client_options: dict[str, Any] = field(default_factory=dict)
     producer_options: dict[str, Any] = field(default_factory=dict)
+    client_security: ClientSecurity = field(default_factory=ClientSecurity)
+    admin_security: ClientSecurity = field(default_factory=ClientSecurity)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        check_option_names(options, SINK_OPTIONS, ("pulsar.client.", "pulsar.producer."), "sink")
+        check_option_names(options, SINK_OPTIONS, ("pulsar.client.", "pulsar.admin.", "pulsar.producer."), "sink")
         service_url = _get(options, "service.url")
         if not service_url:
             raise ValueError("option service.url is required (e.g. pulsar://localhost:6650)")
         topic = _get(options, "topic")
         if _get(options, "topics") or _get(options, "topicsPattern"):
             raise ValueError("the sink takes option topic (or a __topic column), not topics/topicsPattern")
+        client_security, admin_security = securities(options)
         return cls(
             service_url=service_url,
             admin_url=(_get(options, "admin.url") or "").rstrip("/") or None,
@@ -389,6 +454,8 @@ class SinkOptions:
             producer_prefix=_get(options, "producerNamePrefix", "spark") or "spark",
             client_options=client_kwargs(_client_options(options)),
             producer_options=producer_kwargs(_client_options(options, "pulsar.producer.")),
+            client_security=client_security,
+            admin_security=admin_security,
         )
 
 

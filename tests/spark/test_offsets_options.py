@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import pytest
 
@@ -193,22 +194,63 @@ def test_deterministic_routing() -> None:
     assert route("x", 9, 1) == 0
 
 
-def test_unknown_and_auth_options_are_errors_not_ignored() -> None:
+def test_unknown_options_are_errors_not_ignored() -> None:
     with pytest.raises(ValueError, match=r"unknown option 'startingOffset'.*did you mean startingoffsets"):
         SourceOptions.parse({**BASE, "topic": "a", "startingOffset": "earliest"}, streaming=False)
-    for auth in ("pulsar.client.authPluginClassName", "pulsar.client.authParams", "pulsar.client.authentication"):
-        with pytest.raises(ValueError, match="authentication is not supported"):
-            SourceOptions.parse({**BASE, "topic": "a", auth: "x"}, streaming=False)
-        with pytest.raises(ValueError, match="authentication is not supported"):
-            SinkOptions.parse({"service.url": "pulsar://h:6650", auth: "x"})
+    # The connector's auth options carry the pulsar.client. / pulsar.admin. prefix: say so.
+    for plain in ("authPluginClassName", "authParams", "tlsTrustCertsFilePath"):
+        with pytest.raises(ValueError, match=rf"unknown option '{plain}'.*pulsar\.client\.{plain}"):
+            SourceOptions.parse({**BASE, "topic": "a", plain: "x"}, streaming=False)
     with pytest.raises(ValueError, match="not a supported argument of Client"):
         SourceOptions.parse({**BASE, "topic": "a", "pulsar.client.bogus": "1"}, streaming=False)
+    with pytest.raises(ValueError, match=r"pulsar\.admin\.operationTimeoutSeconds: the admin client takes only"):
+        SourceOptions.parse({**BASE, "topic": "a", "pulsar.admin.operationTimeoutSeconds": "1"}, streaming=False)
     with pytest.raises(ValueError, match="not a supported argument"):
         SourceOptions.parse({**BASE, "topic": "a", "pulsar.reader.start_message_id": "1"}, streaming=False)
     with pytest.raises(ValueError, match="unknown option 'maxRecords'"):
         SinkOptions.parse({"service.url": "pulsar://h:6650", "maxRecords": "1"})
     # Spark's own writer options are not ours to refuse.
     assert SinkOptions.parse({"service.url": "pulsar://h:6650", "checkpointLocation": "/tmp/c"}).topic is None
+
+
+TOKEN_CLASS = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+
+
+def test_auth_and_tls_options_for_client_and_admin(tmp_path: Any) -> None:
+    from magnetar.admin_client.auth import BASIC, TOKEN, AuthConfigError, ClientSecurity, Credentials
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not checked here")
+    secured = {
+        **BASE,
+        "topic": "a",
+        # Spark lower-cases option names; the connector's spellings and the Python client's both work.
+        "pulsar.client.authpluginclassname": TOKEN_CLASS,
+        "pulsar.client.authParams": "token:jwt",
+        "pulsar.client.tlsTrustCertsFilePath": str(ca),
+        "pulsar.client.tlsAllowInsecureConnection": "false",
+        "pulsar.client.tlsHostnameVerificationEnable": "true",
+        "pulsar.client.operationTimeoutSeconds": "9",
+    }
+    o = SourceOptions.parse(secured, streaming=False)
+    expected = ClientSecurity(Credentials(TOKEN, token="jwt"), o.client_security.tls)
+    assert o.client_security == expected and o.admin_security == expected  # admin calls default to the client's
+    assert (o.client_security.tls.trust_certs_file, o.client_security.tls.hostname_verification) == (str(ca), True)
+    assert o.client_options == {"operation_timeout_seconds": 9}  # the rest still passes through
+    # pulsar.admin.* overrides for the admin calls only (StreamNative's names).
+    o = SourceOptions.parse(
+        {**secured, "pulsar.admin.authPluginClassName": "basic", "pulsar.admin.authParams": "userId:a,password:b"},
+        streaming=True,
+    )
+    assert o.admin_security.credentials == Credentials(BASIC, user_id="a", password="b")
+    assert o.admin_security.tls == o.client_security.tls and o.client_security.credentials.token == "jwt"
+    sink = SinkOptions.parse({"service.url": "pulsar+ssl://h:6651", **{k: v for k, v in secured.items() if "." in k}})
+    assert sink.client_security == expected and sink.admin_security == expected
+    assert SourceOptions.parse({**BASE, "topic": "a"}, streaming=False).client_security.is_default
+    with pytest.raises(AuthConfigError, match="unsupported authentication plugin"):
+        SourceOptions.parse({**BASE, "topic": "a", "pulsar.client.authPluginClassName": "x.Y"}, streaming=False)
+    with pytest.raises(AuthConfigError, match="tlsTrustCertsFilePath: no such file"):
+        SinkOptions.parse({"service.url": "pulsar://h:6650", "pulsar.client.tlsTrustCertsFilePath": "/nope.pem"})
 
 
 def test_pass_through_options_typed_java_or_python_names() -> None:
