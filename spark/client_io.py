@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from magnetar.admin_client.auth import ClientSecurity
 from magnetar.spark.offsets import EARLIEST, Position, after
@@ -64,21 +64,53 @@ def _is_timeout(exc: BaseException) -> bool:
     return "Timeout" in type(exc).__name__ or "timeout" in str(exc).lower()
 
 
-def iter_range(
+class Chunk(NamedTuple):
+    """Consecutive messages of one entry: ``messages[i]`` is at ``(ledger, entry, first_batch + i)``
+    (``first_batch`` -1 for a message that is not in a batch). ``publish_time`` (ms) is the entry's."""
+
+    ledger: int
+    entry: int
+    first_batch: int
+    messages: list[Any]
+    publish_time: int
+
+    def positions(self) -> Iterator[tuple[int, int, int]]:
+        if self.first_batch < 0:
+            return iter([(self.ledger, self.entry, -1)] * len(self.messages))
+        return ((self.ledger, self.entry, b) for b in range(self.first_batch, self.first_batch + len(self.messages)))
+
+
+class MessageOrderError(RuntimeError):
+    """The client delivered a batch's messages other than consecutively (positions would be wrong)."""
+
+
+def _id_of(msg: Any) -> tuple[int, int, int, int]:
+    """``(ledger, entry, batch_index, batch_size)`` of a message (-1, 0 when not batched): one call into the
+    client (the serialized ``MessageIdData`` carries the batch size, which the accessors do not expose)."""
+    from magnetar.broker.protocol import pulsar_api_pb2 as pb
+
+    data = pb.MessageIdData()
+    data.ParseFromString(msg.message_id().serialize())
+    if data.HasField("batch_index") and data.batch_index >= 0:
+        return data.ledgerId, data.entryId, data.batch_index, data.batch_size
+    return data.ledgerId, data.entryId, -1, 0
+
+
+def iter_chunks(
     client: Any,
     topic: str,
     start: Position,
     end: Position,
     poll_timeout_ms: int,
     reader_options: Mapping[str, Any] | None = None,
-) -> Iterator[tuple[Any, tuple[int, int, int]]]:
-    """``(message, (ledger, entry, batch))`` for messages with ``start <= position < end``, in order.
+) -> Iterator[Chunk]:
+    """The messages with ``start <= position < end``, in order, an entry (batch) at a time.
 
-    Stops at ``end`` or when the broker has nothing more. A range that should hold messages but whose
-    first message found lies beyond the entry of ``start`` in a later ledger is not necessarily lost
-    (ledgers roll over), so data-loss checks are done by the caller against ledger metadata.
-    This is the per-message hot path: plain tuples, and the client's own message objects (the ``pulsar``
-    module wraps each message in a Python object otherwise; the accessors are the same).
+    The executors' hot path: the client's accessors run once per *entry* for the position and publish time
+    (a batch's messages arrive consecutively, so the i-th after the first is at batch index first + i; the
+    last one's id is checked). Stops at ``end`` or when the broker has nothing more. A range that should hold
+    messages but whose first message found lies in a later ledger is not necessarily lost (ledgers roll
+    over), so data-loss checks are done by the caller against ledger metadata.
     """
     if end <= start:
         return
@@ -87,13 +119,14 @@ def iter_range(
     # Entries before `end`'s entry exist (ends come from lastMessageId), so while the entry read last is
     # not the end entry another message is certainly coming: ask the broker only near the end.
     certain_before = (end.ledger, end.entry - 1) if end.batch < 0 else (end.ledger, end.entry)
-    first, stop = tuple(start), tuple(end)
-    last = (start.ledger, start.entry)
+    first_entry, stop_entry = (start.ledger, start.entry), (end.ledger, end.entry)
+    last = first_entry
     stalls = 0
-    try:
+
+    def next_message(must_exist: bool) -> Any:
+        """The next message; None when the broker has no more (and ``must_exist`` is false)."""
+        nonlocal stalls
         while True:
-            if last >= certain_before and not reader.has_message_available():
-                return
             try:
                 msg = read_next(poll_timeout_ms)
             except Exception as exc:  # the client raises its own Timeout type
@@ -101,8 +134,8 @@ def iter_range(
                     raise
                 # A slow receive is not the end: stop only when the broker has nothing more (data trimmed or
                 # the topic deleted under the query), and fail rather than truncate when it stays stuck.
-                if not reader.has_message_available():
-                    return
+                if not must_exist and not reader.has_message_available():
+                    return None
                 stalls += 1
                 if stalls * poll_timeout_ms >= STALL_LIMIT_MS:
                     raise TimeoutError(
@@ -111,16 +144,50 @@ def iter_range(
                     ) from exc
                 continue
             stalls = 0
-            mid = msg.message_id()
-            pos = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
-            last = pos[:2]
-            if pos >= stop:
+            return msg
+
+    try:
+        while True:
+            if last >= certain_before and not reader.has_message_available():
                 return
-            if pos < first:
-                continue  # earlier batch indexes of the start entry
-            yield msg, pos
+            head = next_message(must_exist=False)
+            if head is None:
+                return
+            ledger, entry, batch, size = _id_of(head)
+            here = last = (ledger, entry)
+            if here > stop_entry or (here == stop_entry and batch >= end.batch):
+                return  # (a message not in a batch, index -1, is before any end inside its entry)
+            messages = [head]
+            if batch >= 0:
+                for _ in range(size - 1 - batch):  # the rest of the batch is in the client's queue already
+                    messages.append(next_message(must_exist=True))
+                if len(messages) > 1 and _id_of(messages[-1])[:3] != (ledger, entry, size - 1):
+                    raise MessageOrderError(f"{topic}: batch {ledger}:{entry} was not delivered in order")
+            # Trim to [start, end): only the start and the end entry can be cut.
+            lo, hi = 0, len(messages)
+            if here < first_entry:
+                continue
+            if here == first_entry and start.batch > batch:
+                lo = start.batch - batch if batch >= 0 else 1
+            if here == stop_entry and batch >= 0:
+                hi = min(hi, end.batch - batch)
+            if lo < hi:
+                yield Chunk(ledger, entry, batch + lo if batch >= 0 else -1, messages[lo:hi], head.publish_timestamp())
     finally:
         reader.close()
+
+
+def iter_range(
+    client: Any,
+    topic: str,
+    start: Position,
+    end: Position,
+    poll_timeout_ms: int,
+    reader_options: Mapping[str, Any] | None = None,
+) -> Iterator[tuple[Any, tuple[int, int, int]]]:
+    """``(message, (ledger, entry, batch))`` for messages with ``start <= position < end``, in order."""
+    for chunk in iter_chunks(client, topic, start, end, poll_timeout_ms, reader_options):
+        yield from zip(chunk.messages, chunk.positions(), strict=True)
 
 
 def scan_limit(
@@ -189,18 +256,11 @@ def position_at_time(client: Any, topic: str, timestamp_ms: int, end: Position, 
 ARROW_BATCH_ROWS = 4096
 
 
-def to_arrow_batches(
-    messages: Iterator[tuple[Any, tuple[int, int, int]]], topic: str, rows: int = ARROW_BATCH_ROWS
-) -> Iterator[Any]:
-    """Messages -> Arrow record batches of the raw-bytes row type.
-
-    Per message only the client's accessors run; ids, times and null keys are built column-wise by Arrow.
-    """
+def _arrow_schema() -> Any:
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     ts = pa.timestamp("us", tz="UTC")
-    schema = pa.schema(
+    return pa.schema(
         [
             ("value", pa.binary()),
             ("__key", pa.string()),
@@ -211,79 +271,113 @@ def to_arrow_batches(
             ("__messageProperties", pa.map_(pa.string(), pa.string())),
         ]
     )
-    string = pa.string()
 
-    def times(ms: list[int]) -> Any:
-        micros = pc.multiply(pa.array(ms, pa.int64()), 1000)
-        return pc.if_else(pc.equal(micros, 0), pa.scalar(None, pa.int64()), micros).cast(ts)
 
-    def flush(
-        values: list[bytes],
-        keys: list[str],
-        ids: list[tuple[int, int, int]],
-        published: list[int],
-        events: list[int],
-        props: list[dict[str, str]],
-    ) -> Any:
-        ledger, entry, batch = (pa.array(col, pa.int64()).cast(string) for col in zip(*ids, strict=True))
-        key_array = pa.array(keys, string)
-        arrays = [
-            pa.array(values, pa.binary()),
-            pc.if_else(pc.equal(key_array, ""), pa.scalar(None, string), key_array),
-            pa.array([topic] * len(values), string),
-            pc.binary_join_element_wise(ledger, entry, batch, ":"),
-            times(published),
-            times(events),
-            pa.array(props, schema.field("__messageProperties").type),
+class _Columns:
+    """Meta columns of the rows of a run of chunks, gathered with list operations (no per-row Python code
+    besides one client accessor call per message and column) and turned into Arrow arrays column-wise."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.ledgers: list[int] = []
+        self.entries: list[int] = []
+        self.batches: list[int] = []
+        self.published: list[int] = []
+        self.keys: list[str] = []
+        self.events: list[int] = []
+        self.props: list[dict[str, str]] = []
+
+    def add(self, chunk: Chunk) -> None:
+        msgs = chunk.messages
+        n = len(msgs)
+        cls = type(msgs[0])  # unbound accessors: no bound-method object per call
+        self.rows += n
+        self.ledgers += [chunk.ledger] * n
+        self.entries += [chunk.entry] * n
+        self.batches += range(chunk.first_batch, chunk.first_batch + n) if chunk.first_batch >= 0 else [-1] * n
+        self.published += [chunk.publish_time] * n
+        self.keys += map(cls.partition_key, msgs)
+        self.events += map(cls.event_timestamp, msgs)
+        self.props += map(cls.properties, msgs)
+
+    def arrays(self, topic: str, map_type: Any) -> list[Any]:
+        """``__key`` .. ``__messageProperties`` arrays."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        string, ts = pa.string(), pa.timestamp("us", tz="UTC")
+
+        def times(ms: list[int]) -> Any:
+            micros = pc.multiply(pa.array(ms, pa.int64()), 1000)
+            return pc.if_else(pc.equal(micros, 0), pa.scalar(None, pa.int64()), micros).cast(ts)
+
+        ids = (pa.array(col, pa.int64()).cast(string) for col in (self.ledgers, self.entries, self.batches))
+        keys = pa.array(self.keys, string)
+        if any(self.props):
+            props = pa.array(self.props, map_type)
+        else:  # the common case: no properties at all, one offsets buffer of zeros
+            empty = pa.array([], string)
+            props = pa.MapArray.from_arrays(pa.array([0] * (self.rows + 1), pa.int32()), empty, empty, type=map_type)
+        return [
+            pc.if_else(pc.equal(keys, ""), pa.scalar(None, string), keys),
+            pa.array([topic] * self.rows, string) if self.rows else pa.array([], string),
+            pc.binary_join_element_wise(*ids, ":"),
+            times(self.published),
+            times(self.events),
+            props,
         ]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-    cols: tuple[list[Any], ...] = ([], [], [], [], [], [])
-    values, keys, ids, published, events, props = cols
-    for msg, pos in messages:
-        values.append(msg.data())
-        keys.append(msg.partition_key())
-        ids.append(pos)
-        published.append(msg.publish_timestamp())
-        events.append(msg.event_timestamp())
-        props.append(msg.properties())
-        if len(values) >= rows:
-            yield flush(*cols)
-            for col in cols:
-                col.clear()
-    if values:
-        yield flush(*cols)
 
 
-def _meta(msg: Any, pos: tuple[int, int, int], topic: str) -> dict[str, Any]:
+def to_arrow_batches(chunks: Iterator[Chunk], topic: str, rows: int = ARROW_BATCH_ROWS) -> Iterator[Any]:
+    """Chunks -> Arrow record batches (about ``rows`` rows, whole entries) of the raw-bytes row type."""
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    map_type = schema.field("__messageProperties").type
+    values: list[bytes] = []
+    cols = _Columns()
+    for chunk in chunks:
+        values += map(type(chunk.messages[0]).data, chunk.messages)
+        cols.add(chunk)
+        if cols.rows >= rows:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(values, pa.binary()), *cols.arrays(topic, map_type)], schema=schema
+            )
+            values, cols = [], _Columns()
+    if cols.rows:
+        yield pa.RecordBatch.from_arrays([pa.array(values, pa.binary()), *cols.arrays(topic, map_type)], schema=schema)
+
+
+def _meta(msg: Any, pos: tuple[int, int, int], topic: str, published: int) -> dict[str, Any]:
     event = msg.event_timestamp()
     return {
         "__key": msg.partition_key() or None,
         "__topic": topic,
         "__messageId": ":".join(map(str, pos)),
-        "__publishTime": msg.publish_timestamp() * 1000,
+        "__publishTime": published * 1000,
         "__eventTime": event * 1000 if event else None,
         "__messageProperties": list(msg.properties().items()),
     }
 
 
 def to_typed_batches(
-    messages: Iterator[tuple[Any, tuple[int, int, int]]],
+    chunks: Iterator[Chunk],
     topic: str,
     schema: TopicSchema,
     spark_schema: Any,
     rows: int = ARROW_BATCH_ROWS,
 ) -> Iterator[Any]:
-    """Messages of a typed topic -> Arrow record batches with the payload decoded into its columns."""
+    """Chunks of a typed topic -> Arrow record batches with the payload decoded into its columns."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(spark_schema, timezone="UTC")
     batch: list[dict[str, Any]] = []
-    for msg, pos in messages:
-        row = schema.decode(msg.data())
-        row.update(_meta(msg, pos, topic))
-        batch.append(row)
+    for chunk in chunks:
+        for msg, pos in zip(chunk.messages, chunk.positions(), strict=True):
+            row = schema.decode(msg.data())
+            row.update(_meta(msg, pos, topic, chunk.publish_time))
+            batch.append(row)
         if len(batch) >= rows:
             yield pa.RecordBatch.from_pylist(batch, schema=arrow_schema)
             batch = []

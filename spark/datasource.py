@@ -272,13 +272,13 @@ class _Planner:
 
     def read(self, part: TopicRange) -> Iterator[Any]:
         start, end = Position.parse(part.start), Position.parse(part.end)
-        messages = client_io.iter_range(
+        chunks = client_io.iter_chunks(
             self.client, part.topic, start, end, self.opts.poll_timeout_ms, self.opts.reader_options
         )
         if self.schema.kind == RAW:
-            yield from client_io.to_arrow_batches(messages, part.topic)
+            yield from client_io.to_arrow_batches(chunks, part.topic)
         else:
-            yield from client_io.to_typed_batches(messages, part.topic, self.schema, row_schema(self.schema))
+            yield from client_io.to_typed_batches(chunks, part.topic, self.schema, row_schema(self.schema))
 
 
 class PulsarBatchReader(DataSourceReader):
