@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.admin.tls_fixtures import Pki, Recorder, https_server, make_pki
+from tests.admin.tls_fixtures import Recorder, https_server
+from tests.tlsutil import Pki, make_pki
 
 TOKEN_CLASS = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
 

@@ -22,7 +22,8 @@ from magnetar.admin_client.auth import (
 )
 from magnetar.admin_client.client import AdminClient
 from magnetar.admin_client.errors import AdminConnectionError, AdminError
-from tests.admin.tls_fixtures import Pki, Recorder, https_server, make_pki
+from tests.admin.tls_fixtures import Recorder, https_server
+from tests.tlsutil import Pki, issue, make_ca, make_pki
 
 TOKEN_CLASS = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
 BASIC_CLASS = "org.apache.pulsar.client.impl.auth.AuthenticationBasic"
@@ -85,7 +86,7 @@ def test_security_checks_files_and_maps_to_client_kwargs(pki: Pki, tmp_path: Pat
     with pytest.raises(AuthConfigError, match="tlsTrustCertsFilePath: no such file"):
         ClientSecurity.from_settings(tls_trust_certs_file=str(tmp_path / "missing.pem"))
     with pytest.raises(AuthConfigError, match="tlsCertFile: no such file"):
-        ClientSecurity.from_settings(TLS_CLASS, f"tlsCertFile:{tmp_path}/c.pem,tlsKeyFile:{pki.client_key}")
+        ClientSecurity.from_settings(TLS_CLASS, f"tlsCertFile:{tmp_path}/c.pem,tlsKeyFile:{pki.client.key}")
     with pytest.raises(AuthConfigError, match="tlsAllowInsecureConnection: expected true or false"):
         ClientSecurity.from_settings(tls_allow_insecure="maybe")
     sec = ClientSecurity.from_settings(TOKEN_CLASS, "token:abc", f"file://{pki.ca_cert}", "false", "true")
@@ -138,7 +139,9 @@ def test_admin_client_tls_trust_settings(pki: Pki, tmp_path: Path) -> None:
 
 
 def test_hostname_verification_on_and_off(tmp_path: Path) -> None:
-    pki = make_pki(tmp_path, server_hosts=("broker.example",))  # the certificate does not name 127.0.0.1
+    ca = make_ca(tmp_path)
+    server = issue(ca, tmp_path, "server", "broker.example", server=True, hosts=("broker.example",))
+    pki = Pki(ca, server, server)  # the server certificate does not name 127.0.0.1
     with https_server(pki, Recorder()) as url:
         off = ClientSecurity.from_settings(tls_trust_certs_file=str(pki.ca_cert))
         assert AdminClient(url, 5, off).get("/") == {"ok": True}  # Pulsar's default: no hostname check
@@ -153,7 +156,7 @@ def test_admin_client_presents_client_certificate(pki: Pki) -> None:
         with pytest.raises(AdminConnectionError):
             AdminClient(url, 5, ClientSecurity.from_settings(tls_trust_certs_file=str(pki.ca_cert))).get("/none")
         mtls = ClientSecurity.from_settings(
-            TLS_CLASS, f"tlsCertFile:{pki.client_cert},tlsKeyFile:{pki.client_key}", str(pki.ca_cert)
+            TLS_CLASS, f"tlsCertFile:{pki.client.cert},tlsKeyFile:{pki.client.key}", str(pki.ca_cert)
         )
         assert AdminClient(url, 5, mtls).get("/cert") == {"ok": True}
     assert [(r["path"], r["client_cn"], r["authorization"]) for r in recorder.requests] == [
