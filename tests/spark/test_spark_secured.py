@@ -1,15 +1,20 @@
-"""The Spark source and sink against a secured standalone (real PySpark, the official client): TLS-only listeners
-(``pulsar+ssl://`` and HTTPS admin calls) trusted through ``pulsar.client.tlsTrustCertsFilePath``, and the
-errors users see for a wrong trust file or wrong credentials."""
+"""The Spark source and sink against secured standalones (real PySpark, the official client): TLS-only listeners
+(``pulsar+ssl://`` and HTTPS admin calls) trusted through ``pulsar.client.tlsTrustCertsFilePath``, token
+authentication (``pulsar.client.authPluginClassName``/``authParams``, tokens made with PyJWT), and the errors
+users see for a wrong trust file or a wrong token."""
 
 from __future__ import annotations
 
+import base64
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import pulsar
 import pytest
 
 from tests.broker.test_tls import TlsStandalone
+from tests.conftest import StandaloneProcess, _quiet_logger
 from tests.tlsutil import Pki, make_pki
 
 
@@ -75,3 +80,87 @@ def test_untrusted_broker_is_a_clear_error(
         spark.read.format("pulsar").options(
             **{**opts, "pulsar.client.tlsTrustCertsFilePath": str(tmp_path / "missing.pem")}, topic=topic_name
         ).load()
+
+
+# ---------------------------------------------------------------------------------------------- token auth
+def _broker_has_token_auth() -> bool:
+    from magnetar.broker.config import BrokerConfig
+
+    return "token_secret_key" in BrokerConfig.__dataclass_fields__
+
+
+TOKEN_CLASS = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+SECRET = b"spark-test-secret-key-of-32-bytes!!"
+
+
+def _token(subject: str, key: bytes = SECRET) -> str:
+    import jwt
+
+    return jwt.encode({"sub": subject}, key, algorithm="HS256")
+
+
+@pytest.fixture(scope="module")
+def token_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    if not _broker_has_token_auth():
+        pytest.skip("the broker has no token authentication yet (tokenSecretKey)")
+    node = StandaloneProcess(
+        tmp_path_factory.mktemp("spark-token") / "data",
+        {
+            "authenticationEnabled": "true",
+            "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+            "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        },
+    )
+    node.start()
+    yield node
+    assert node.stop() == 0, node.log()
+
+
+def _token_options(broker: StandaloneProcess, client_token: str, admin_token: str | None = None) -> dict[str, str]:
+    opts = {
+        "service.url": broker.service_url,
+        "admin.url": broker.http_url,
+        "pulsar.client.authPluginClassName": TOKEN_CLASS,
+        "pulsar.client.authParams": f"token:{client_token}",
+        "pulsar.client.operationTimeoutSeconds": "10",
+    }
+    if admin_token is not None:
+        opts.update({"pulsar.admin.authPluginClassName": "token", "pulsar.admin.authParams": admin_token})
+    return opts
+
+
+def test_read_and_write_with_token(token_broker: StandaloneProcess, spark: Any, topic_name: str) -> None:
+    client = pulsar.Client(
+        token_broker.service_url, authentication=pulsar.AuthenticationToken(_token("producer")), logger=_quiet_logger()
+    )
+    try:
+        producer = client.create_producer(topic_name)
+        for i in range(10):
+            producer.send(f"t{i}".encode())
+    finally:
+        client.close()
+    opts = _token_options(token_broker, _token("spark"))
+    df = spark.read.format("pulsar").options(**opts, topic=topic_name).load()
+    assert sorted(r.value for r in df.select("value").collect()) == sorted(f"t{i}".encode() for i in range(10))
+    df.select("value").write.format("pulsar").options(**opts, topic=f"{topic_name}-copy").mode("append").save()
+    assert spark.read.format("pulsar").options(**opts, topic=f"{topic_name}-copy").load().count() == 10
+
+
+def test_wrong_token_is_a_clear_error_not_a_hang(spark: Any, token_broker: StandaloneProcess, topic_name: str) -> None:
+    client = pulsar.Client(
+        token_broker.service_url, authentication=pulsar.AuthenticationToken(_token("producer")), logger=_quiet_logger()
+    )
+    try:
+        client.create_producer(topic_name).send(b"x")
+    finally:
+        client.close()
+    wrong = _token("spark", key=b"another-key-another-key-another-key")
+    started = time.monotonic()
+    # Admin calls (planning) refused: the broker's 401 reason.
+    with pytest.raises(Exception, match="HTTP 401"):
+        spark.read.format("pulsar").options(**_token_options(token_broker, wrong), topic=topic_name).load().collect()
+    # Admin calls accepted, the binary protocol refused: the executors' client fails, the query with it.
+    opts = _token_options(token_broker, wrong, admin_token=_token("admin"))
+    with pytest.raises(Exception, match="Authentication"):
+        spark.read.format("pulsar").options(**opts, topic=topic_name).load().collect()
+    assert time.monotonic() - started < 120
