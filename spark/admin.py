@@ -86,6 +86,24 @@ class Admin:
             out[-1] = (out[-1][0], max(out[-1][1], int(stats["currentLedgerEntries"])))
         return out
 
+    def check_credentials(self, topic: str) -> None:
+        """Fail clearly when the broker refuses this client's credentials (an HTTP lookup of ``topic``).
+
+        The official client reports refused credentials on the binary protocol only as a time-out after
+        retrying; the HTTP lookup is authenticated (and authorized) like the binary one and answers 401/403 with
+        the broker's reason at once.
+        """
+        path = "/lookup/v2/topic/" + topic_path(parse_topic(topic)).removeprefix("/admin/v2/")
+        try:
+            self.client.get(path)
+        except AdminError as exc:
+            if exc.status in (401, 403):
+                what = "refused" if exc.status == 401 else "did not authorize"
+                raise PermissionError(
+                    f"the broker {what} the client's credentials (pulsar.client.authPluginClassName / "
+                    f"pulsar.client.authParams) for {topic}: HTTP {exc.status}: {exc.reason}"
+                ) from None
+
     def create_subscription(self, topic: str, subscription: str, position: Position) -> bool:
         """Create a durable subscription whose next message is ``position``; False when it already exists."""
         path = subscription_path(parse_topic(topic), subscription)

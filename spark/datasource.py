@@ -56,6 +56,7 @@ except ImportError:  # Spark 4.0/4.1: latestOffset() takes no arguments; read ev
 
 from pyspark.sql.types import MapType, StringType, StructField, StructType, TimestampType
 
+from magnetar.admin_client.auth import ClientSecurity
 from magnetar.admin_client.errors import AdminConnectionError
 from magnetar.broker.topic_name import TopicName
 from magnetar.spark import client_io
@@ -130,10 +131,23 @@ class PulsarDataSource(DataSource):
         return PulsarStreamReader(opts, topic_schema(opts))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return PulsarBatchWriter(SinkOptions.parse(self.options))
+        return PulsarBatchWriter(_checked_sink(SinkOptions.parse(self.options)))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return PulsarStreamWriter(SinkOptions.parse(self.options))
+        return PulsarStreamWriter(_checked_sink(SinkOptions.parse(self.options)))
+
+
+def _checked_sink(opts: SinkOptions) -> SinkOptions:
+    """A sink with a fixed topic and credentials gets them checked before any task runs."""
+    if opts.topic and opts.client_security.credentials is not None:
+        admin_url = opts.admin_url or default_admin_url(opts.service_url)
+        try:
+            Admin(admin_url, opts.client_security).check_credentials(opts.topic)
+        except AdminConnectionError:
+            # Without admin.url a raw-bytes sink needs no admin API: none answering is not an error here.
+            if opts.admin_url:
+                raise
+    return opts
 
 
 def topic_schema(opts: SourceOptions) -> TopicSchema:
@@ -154,6 +168,17 @@ def topic_schema(opts: SourceOptions) -> TopicSchema:
             "allowDifferentTopicSchemas=true to read every topic's payload as raw value bytes"
         )
     return kinds[0] if kinds else TopicSchema()
+
+
+def check_client_credentials(
+    admin_url: str, client: ClientSecurity, admin: ClientSecurity, topics: Sequence[str]
+) -> None:
+    """When the client's credentials differ from the admin calls' (which planning has just used), check them
+    with one HTTP lookup so refused ones fail the query at once with the broker's reason, not as a time-out
+    in every task."""
+    if client.credentials is None or client == admin or not topics:
+        return
+    Admin(admin_url, client).check_credentials(topics[0])
 
 
 def row_schema(schema: TopicSchema) -> StructType:
@@ -189,6 +214,10 @@ class _Planner:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    def check_client_credentials(self, topics: Sequence[str]) -> None:
+        """With its own credentials, the client's are checked once on the driver (see ``Admin.check_credentials``)."""
+        check_client_credentials(self.opts.admin_url, self.opts.client_security, self.opts.admin_security, topics)
 
     def topic_partitions(self) -> list[str]:
         """Concrete topics to read now (patterns and partition counts re-resolved on every call)."""
@@ -291,6 +320,7 @@ class PulsarBatchReader(DataSourceReader):
         try:
             parts = self.planner.topic_partitions()
             ends = self.planner.ends(parts)
+            self.planner.check_client_credentials(parts)
             return self.planner.plan(self.planner.starts(parts, ends), self.planner.batch_ends(parts, ends))
         finally:
             self.planner.close()
@@ -313,6 +343,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, str]:
         parts = self.planner.topic_partitions()
+        self.planner.check_client_credentials(parts)
         starts = self.planner.starts(parts, self.planner.ends(parts))
         sub = self.planner.opts.commit_subscription
         if sub:

@@ -146,7 +146,7 @@ def test_read_and_write_with_token(token_broker: StandaloneProcess, spark: Any, 
     assert spark.read.format("pulsar").options(**opts, topic=f"{topic_name}-copy").load().count() == 10
 
 
-def test_wrong_token_is_a_clear_error_not_a_hang(spark: Any, token_broker: StandaloneProcess, topic_name: str) -> None:
+def test_wrong_token_is_a_clear_error_not_a_hang(token_broker: StandaloneProcess, spark: Any, topic_name: str) -> None:
     client = pulsar.Client(
         token_broker.service_url, authentication=pulsar.AuthenticationToken(_token("producer")), logger=_quiet_logger()
     )
@@ -161,6 +161,9 @@ def test_wrong_token_is_a_clear_error_not_a_hang(spark: Any, token_broker: Stand
         spark.read.format("pulsar").options(**_token_options(token_broker, wrong), topic=topic_name).load().collect()
     # Admin calls accepted, the binary protocol refused: the executors' client fails, the query with it.
     opts = _token_options(token_broker, wrong, admin_token=_token("admin"))
-    with pytest.raises(Exception, match="Authentication"):
+    with pytest.raises(Exception, match=r"the broker refused the client.s credentials .*HTTP 401"):
         spark.read.format("pulsar").options(**opts, topic=topic_name).load().collect()
+    rows = spark.createDataFrame([(b"v",)], "value binary")
+    with pytest.raises(Exception, match=r"the broker refused the client.s credentials .*HTTP 401"):
+        rows.write.format("pulsar").options(**opts, topic=topic_name).mode("append").save()
     assert time.monotonic() - started < 120
