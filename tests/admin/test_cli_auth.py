@@ -10,9 +10,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import jwt
 import pytest
 
 from tests.admin.tls_fixtures import Recorder, https_server
+from tests.conftest import StandaloneProcess
 from tests.tlsutil import Pki, make_pki
 
 TOKEN_CLASS = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
@@ -90,3 +92,42 @@ def test_untrusted_server_and_bad_params_are_clear(server: tuple[str, Recorder],
     r = cli("--conf", str(tmp_path / "missing.conf"), "tenants", "list")
     assert r.returncode == 2 and "cannot read client configuration" in r.stderr
     assert recorder.requests == []
+
+
+# ------------------------------------------------------------------------------- against a token-auth broker
+SECRET = b"cli-test-secret-key-of-32-bytes!!!"
+
+
+@pytest.fixture(scope="module")
+def token_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    from magnetar.broker.config import BrokerConfig
+
+    if "token_secret_key" not in BrokerConfig.__dataclass_fields__:
+        pytest.skip("the broker has no token authentication yet (tokenSecretKey)")
+    node = StandaloneProcess(
+        tmp_path_factory.mktemp("cli-token") / "data",
+        {
+            "authenticationEnabled": "true",
+            "authenticationProviders": "token",
+            "tokenSecretKey": "data:;base64," + base64.b64encode(SECRET).decode(),
+        },
+    )
+    node.start()
+    yield node
+    assert node.stop() == 0, node.log()
+
+
+def test_token_against_a_real_broker(token_broker: StandaloneProcess, tmp_path: Path) -> None:
+    token = jwt.encode({"sub": "admin"}, SECRET, algorithm="HS256")
+    r = cli("--admin-url", token_broker.http_url, "--auth-plugin", TOKEN_CLASS, "--auth-params", f"token:{token}",
+            "tenants", "list")  # fmt: skip
+    assert (r.returncode, r.stdout.split()) == (0, ["public"]), r.stderr
+    conf = tmp_path / "client.conf"
+    conf.write_text(f"webServiceUrl={token_broker.http_url}\nauthPlugin=token\nauthParams={token}\n")
+    r = cli("--conf", str(conf), "namespaces", "list", "public")
+    assert (r.returncode, r.stdout.split()) == (0, ["public/default"]), r.stderr
+    r = cli("--admin-url", token_broker.http_url, "tenants", "list")
+    assert r.returncode == 1 and "(HTTP 401)" in r.stderr
+    wrong = jwt.encode({"sub": "admin"}, b"x" * 32, algorithm="HS256")
+    r = cli("--admin-url", token_broker.http_url, "--auth-plugin", "token", "--auth-params", wrong, "tenants", "list")
+    assert r.returncode == 1 and "(HTTP 401)" in r.stderr
