@@ -56,7 +56,6 @@ except ImportError:  # Spark 4.0/4.1: latestOffset() takes no arguments; read ev
 
 from pyspark.sql.types import MapType, StringType, StructField, StructType, TimestampType
 
-from magnetar.admin_client.auth import ClientSecurity
 from magnetar.admin_client.errors import AdminConnectionError
 from magnetar.broker.topic_name import TopicName
 from magnetar.spark import client_io
@@ -170,17 +169,6 @@ def topic_schema(opts: SourceOptions) -> TopicSchema:
     return kinds[0] if kinds else TopicSchema()
 
 
-def check_client_credentials(
-    admin_url: str, client: ClientSecurity, admin: ClientSecurity, topics: Sequence[str]
-) -> None:
-    """When the client's credentials differ from the admin calls' (which planning has just used), check them
-    with one HTTP lookup so refused ones fail the query at once with the broker's reason, not as a time-out
-    in every task."""
-    if client.credentials is None or client == admin or not topics:
-        return
-    Admin(admin_url, client).check_credentials(topics[0])
-
-
 def row_schema(schema: TopicSchema) -> StructType:
     """The source's row type for a topic schema: value column(s) first, then the meta columns."""
     return StructType([*schema.value_fields(), *META_FIELDS])
@@ -216,8 +204,13 @@ class _Planner:
             self._client = None
 
     def check_client_credentials(self, topics: Sequence[str]) -> None:
-        """With its own credentials, the client's are checked once on the driver (see ``Admin.check_credentials``)."""
-        check_client_credentials(self.opts.admin_url, self.opts.client_security, self.opts.admin_security, topics)
+        """When the client's credentials differ from the admin calls' (which planning has just used), check them
+        with one HTTP lookup, so refused ones fail the query at once with the broker's reason rather than as a
+        time-out in every task (see ``Admin.check_credentials``)."""
+        client = self.opts.client_security
+        if client.credentials is None or client == self.opts.admin_security or not topics:
+            return
+        Admin(self.opts.admin_url, client).check_credentials(topics[0])
 
     def topic_partitions(self) -> list[str]:
         """Concrete topics to read now (patterns and partition counts re-resolved on every call)."""
