@@ -82,6 +82,33 @@ def test_untrusted_broker_is_a_clear_error(
         ).load()
 
 
+def test_client_certificate_through_authentication_tls(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, pki: Pki, topic_name: str
+) -> None:
+    """A broker requiring client certificates: AuthenticationTls's files serve the binary protocol and HTTPS."""
+    node = TlsStandalone(
+        tmp_path_factory.mktemp("spark-mtls") / "data", pki, tls_only=True, tlsRequireTrustedClientCertOnConnect="true"
+    )
+    node.start()
+    try:
+        client = node.client(
+            authentication=pulsar.AuthenticationTLS(str(pki.client.cert), str(pki.client.key)), logger=_quiet_logger()
+        )
+        try:
+            client.create_producer(topic_name).send(b"mtls")
+        finally:
+            client.close()
+        opts = {
+            **_tls_options(node, str(pki.ca_cert)),
+            "pulsar.client.authPluginClassName": "org.apache.pulsar.client.impl.auth.AuthenticationTls",
+            "pulsar.client.authParams": f"tlsCertFile:{pki.client.cert},tlsKeyFile:{pki.client.key}",
+        }
+        rows = spark.read.format("pulsar").options(**opts, topic=topic_name).load().select("value").collect()
+        assert [r.value for r in rows] == [b"mtls"]
+    finally:
+        assert node.stop() == 0, node.log()
+
+
 # ---------------------------------------------------------------------------------------------- token auth
 def _broker_has_token_auth() -> bool:
     from magnetar.broker.config import BrokerConfig
