@@ -20,6 +20,7 @@ from typing import Any
 
 from magnetar.operator import reconcile as rc
 from magnetar.operator.admin import AdminClient
+from magnetar.operator.clusteraccess import ClusterAccess
 from magnetar.operator.config import OperatorConfig
 from magnetar.operator.engine import Engine, Resource, make_claim
 from magnetar.operator.specs import RetentionPolicySpec
@@ -73,13 +74,16 @@ class IndexedEnv:
     def cluster_ready(self, namespace: str, name: str) -> bool | None:
         return True  # the standalone stands in for a Ready MagnetarCluster
 
+    def cluster_access(self, namespace: str, name: str) -> ClusterAccess | None:
+        return ClusterAccess(ready=True)  # plaintext, no authentication
+
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         return None
 
     def event(self, resource: Resource, type_: str, reason: str, message: str) -> None:
         pass
 
-    def admin(self, url: str, token: str | None) -> AdminClient:
+    def admin(self, url: str, token: str | None, ca: str | None = None) -> AdminClient:
         return self.client
 
     def lock(self, uid: str) -> asyncio.Lock:

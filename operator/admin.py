@@ -9,6 +9,7 @@ backoff) and :class:`~magnetar.admin_client.errors.AdminError` with the HTTP sta
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 import aiohttp
@@ -22,9 +23,12 @@ _TIMEOUT = aiohttp.ClientTimeout(total=15, connect=5)
 class AdminClient:
     """Admin REST calls against one endpoint. Create with :meth:`open`, close with :meth:`close`."""
 
-    def __init__(self, base_url: str, token: str | None = None, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(self, base_url: str, token: str | None = None, session: aiohttp.ClientSession | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
         self.base_url = base_url.rstrip("/")
         self._token = token
+        #: trust for an https URL (None: the system's CAs)
+        self._tls = tls
         self._session = session
         self._own_session = session is None
         #: admin calls made (benchmarks and tests count them per resource)
@@ -55,7 +59,8 @@ class AdminClient:
             data = json.dumps(body)
         try:
             async with self._session.request(
-                method, self.base_url + path, data=data, params=params, headers=headers
+                method, self.base_url + path, data=data, params=params, headers=headers,
+                ssl=self._tls if self._tls is not None else True,
             ) as resp:
                 text = await resp.text()
                 if resp.status >= 400:
@@ -63,7 +68,7 @@ class AdminClient:
                 if resp.status == 204 or not text.strip():
                     return None
                 return json.loads(text)
-        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+        except (TimeoutError, aiohttp.ClientConnectionError, ssl.SSLError) as exc:
             raise AdminConnectionError(f"{self.base_url}: {exc.__class__.__name__}: {exc}") from exc
 
     # ------------------------------------------------------------------------------------------ clusters

@@ -75,6 +75,96 @@ def _pod_template() -> Schema:
     )
 
 
+def _secret_key_ref(description: str) -> Schema:
+    return _obj(
+        description,
+        {
+            "name": _str("Name of the Secret (in the cluster's namespace).", minLength=1, maxLength=253),
+            "key": _str("Key in the Secret.", minLength=1, maxLength=253, pattern=r"^[-._a-zA-Z0-9]+$"),
+        },
+        ["name", "key"],
+    )
+
+
+def _security() -> Schema:
+    """TLS, authentication and authorization of the brokers, all from Secrets (cert-manager friendly)."""
+    tls = _obj(
+        "TLS on the binary protocol (6651, pulsar+ssl://) and HTTPS on the admin API (8443) from a Secret of type "
+        "kubernetes.io/tls (tls.crt, tls.key, ca.crt: what a cert-manager Certificate writes). The Secret is "
+        "mounted as a projected volume, so a renewed certificate reaches the brokers without a restart.",
+        {
+            "secretName": _str("The kubernetes.io/tls Secret.", minLength=1, maxLength=253),
+            "requireClientCert": _bool(
+                "Refuse clients without a certificate signed by ca.crt (tlsRequireTrustedClientCertOnConnect)."
+            ),
+            "tlsOnly": _bool("Turn the plaintext ports 6650/8080 off (default false: both are served)."),
+        },
+        ["secretName"],
+    )
+    token = _obj(
+        "JWT tokens (AuthenticationProviderToken): the role is the token's 'sub'. Exactly one key.",
+        {
+            "secretKey": _secret_key_ref("Symmetric (HS256) key: tokenSecretKey."),
+            "publicKey": _secret_key_ref("Public key (RS256/ES256...) of the token issuer: tokenPublicKey."),
+            "publicAlg": _str("Algorithm of publicKey (tokenPublicAlg, default RS256).", maxLength=16,
+                              enum=["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384",
+                                    "PS512"]),
+        },
+        **{"x-kubernetes-validations": [
+            _rule("has(self.secretKey) != has(self.publicKey)", "token needs exactly one of secretKey and publicKey"),
+            _rule("!has(self.publicAlg) || has(self.publicKey)", "token.publicAlg needs token.publicKey"),
+        ]},
+    )  # fmt: skip
+    authentication = _obj(
+        "Who clients are (authenticationEnabled). The operator authenticates with a token, so the token "
+        "provider is required.",
+        {
+            "enabled": _bool("Require authentication (default true when this block is present)."),
+            "token": token,
+            "basic": _obj(
+                "Basic auth against an htpasswd file (AuthenticationProviderBasic, basicAuthConf).",
+                {"htpasswd": _secret_key_ref("The htpasswd file (bcrypt or apr1 entries).")},
+                ["htpasswd"],
+            ),
+            "tlsClientCert": _bool("TLS client certificates (AuthenticationProviderTls; the CN is the role)."),
+            "superUserRoles": {
+                "type": "array",
+                "description": "Roles allowed everything (superUserRoles); must include the operator token's role.",
+                "items": _str("A role.", minLength=1, maxLength=253),
+                "maxItems": 64,
+                "x-kubernetes-list-type": "set",
+            },
+            "operatorTokenSecretRef": _secret_key_ref(
+                "The operator's own admin token (sent as 'Authorization: Bearer'). Default: the operator's "
+                "configured Secret (chart operatorToken.secretName, key operatorToken.key)."
+            ),
+        },
+        **{"x-kubernetes-validations": [
+            _rule("(has(self.enabled) && !self.enabled) || has(self.token)",
+                  "authentication needs the token provider (the operator authenticates with a token)"),
+        ]},
+    )  # fmt: skip
+    return _obj(
+        "Securing the cluster: TLS, authentication, authorization (see docs/operator.md, 'Securing a cluster').",
+        {
+            "tls": tls,
+            "authentication": authentication,
+            "authorization": _obj(
+                "Role-based authorization (authorizationEnabled; needs authentication).",
+                {"enabled": _bool("Check every operation against the role's permissions.")},
+            ),
+        },
+        **{"x-kubernetes-validations": [
+            _rule("!has(self.authorization) || !has(self.authorization.enabled) || !self.authorization.enabled || "
+                  "(has(self.authentication) && (!has(self.authentication.enabled) || self.authentication.enabled))",
+                  "authorization needs authentication"),
+            _rule("!has(self.authentication) || !has(self.authentication.tlsClientCert) || "
+                  "!self.authentication.tlsClientCert || has(self.tls)",
+                  "authentication.tlsClientCert needs tls"),
+        ]},
+    )  # fmt: skip
+
+
 def magnetar_cluster_crd() -> dict[str, Any]:
     etcd = _obj(
         "An etcd ensemble run by the operator (a StatefulSet).",
@@ -195,6 +285,7 @@ def magnetar_cluster_crd() -> dict[str, Any]:
                 },
             ),
             "podTemplate": _pod_template(),
+            "security": _security(),
             "podDisruptionBudget": _obj(
                 "A PodDisruptionBudget per component allowing one voluntary disruption at a time.",
                 {"enabled": _bool("Whether the PDBs are created (default true).")},

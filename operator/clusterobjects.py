@@ -23,7 +23,9 @@ from magnetar.operator.clusterspec import (
     BOOKIE_HTTP_PORT,
     BOOKIE_PORT,
     BROKER_HTTP_PORT,
+    BROKER_HTTPS_PORT,
     BROKER_PORT,
+    BROKER_TLS_PORT,
     ETCD_CLIENT_PORT,
     ETCD_PEER_PORT,
     IMAGE_UID,
@@ -34,6 +36,20 @@ from magnetar.operator.clusterspec import (
 from magnetar.operator.config import GROUP, VERSION
 
 Obj = dict[str, Any]
+
+#: Where the brokers see their Secrets (projected volumes: the kubelet refreshes them when a Secret changes,
+#: e.g. a certificate renewed by cert-manager; the broker reloads its certificates itself).
+TLS_DIR = "/var/run/secrets/magnetar/tls"
+AUTH_DIR = "/var/run/secrets/magnetar/auth"
+#: authenticationProviders entries (Pulsar's class names)
+PROVIDER_CLASSES = {
+    "token": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+    "basic": "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic",
+    "tls": "org.apache.pulsar.broker.authentication.AuthenticationProviderTls",
+}
+#: Pulsar's unauthenticated status page (what its Helm chart probes): admin paths need credentials once
+#: authentication is on, and the kubelet has none.
+STATUS_PATH = "/status.html"
 
 TEMPLATE_HASH = f"{GROUP}/template-hash"
 APPLIED_HASH = f"{GROUP}/applied-hash"
@@ -347,8 +363,97 @@ class ClusterRenderer:
             conf["lostBookieRecoveryDelay"] = str(s.autoRecovery.lostBookieDelaySeconds)
         if s.autoRecovery.checkIntervalSeconds is not None:
             conf["auditorPeriodicCheckInterval"] = str(s.autoRecovery.checkIntervalSeconds)
+        conf.update(self._security_conf())
         conf.update(s.brokers.config)
         return conf
+
+    def _security_conf(self) -> dict[str, str]:
+        """TLS, authentication and authorization settings (Pulsar's names) for ``spec.security``."""
+        sec = self.spec.security
+        conf: dict[str, str] = {}
+        if sec.tls is not None:
+            conf.update({
+                "brokerServicePortTls": str(BROKER_TLS_PORT),
+                "webServicePortTls": str(BROKER_HTTPS_PORT),
+                "tlsCertificateFilePath": f"{TLS_DIR}/tls.crt",
+                "tlsKeyFilePath": f"{TLS_DIR}/tls.key",
+                "tlsTrustCertsFilePath": f"{TLS_DIR}/ca.crt",
+                "tlsRequireTrustedClientCertOnConnect": str(sec.tls.requireClientCert).lower(),
+            })  # fmt: skip
+            if sec.tls.tlsOnly:
+                conf["brokerServicePort"] = ""
+                conf["webServicePort"] = ""
+        auth = sec.authentication
+        if auth is not None and auth.enabled:
+            providers = [kind for kind, on in (("token", auth.token is not None), ("basic", auth.basic is not None),
+                                               ("tls", auth.tlsClientCert)) if on]  # fmt: skip
+            conf["authenticationEnabled"] = "true"
+            conf["authenticationProviders"] = ",".join(PROVIDER_CLASSES[p] for p in providers)
+            if auth.token is not None:
+                if auth.token.secretKey is not None:
+                    conf["tokenSecretKey"] = f"file://{AUTH_DIR}/token-secret-key"
+                else:
+                    conf["tokenPublicKey"] = f"file://{AUTH_DIR}/token-public-key"
+                    if auth.token.publicAlg:
+                        conf["tokenPublicAlg"] = auth.token.publicAlg
+            if auth.basic is not None:
+                conf["basicAuthConf"] = f"{AUTH_DIR}/htpasswd"
+            conf["superUserRoles"] = ",".join(auth.superUserRoles)
+        if sec.authorization is not None and sec.authorization.enabled:
+            conf["authorizationEnabled"] = "true"
+        return conf
+
+    def _broker_ports(self) -> list[tuple[str, int]]:
+        """The brokers' (name, port) pairs: plaintext unless TLS-only, TLS when on."""
+        tls = self.spec.security.tls
+        ports = [] if tls is not None and tls.tlsOnly else [("pulsar", BROKER_PORT), ("http", BROKER_HTTP_PORT)]
+        if tls is not None:
+            ports += [("pulsarssl", BROKER_TLS_PORT), ("https", BROKER_HTTPS_PORT)]
+        return ports
+
+    def _broker_probe(self, path: str, period: int, failures: int) -> Obj:
+        """A probe that works in every security mode: HTTPS when TLS-only (the kubelet does not verify the
+        certificate), a TCP check when TLS-only with required client certificates (the kubelet has none),
+        Pulsar's unauthenticated status page when authentication is on."""
+        sec = self.spec.security
+        if sec.auth_on:
+            path = STATUS_PATH
+        if sec.tls is None or not sec.tls.tlsOnly:
+            return self._http_probe(path, "http", period, failures)
+        if sec.tls.requireClientCert:
+            return {"tcpSocket": {"port": "https"}, "periodSeconds": period, "timeoutSeconds": 5,
+                    "failureThreshold": failures}  # fmt: skip
+        probe = self._http_probe(path, "https", period, failures)
+        probe["httpGet"]["scheme"] = "HTTPS"
+        return probe
+
+    def _secret_volumes(self) -> tuple[list[Obj], list[Obj]]:
+        """Read-only projected volumes (and their mounts) of the Secrets ``spec.security`` names."""
+        sec = self.spec.security
+        volumes: list[Obj] = []
+        mounts: list[Obj] = []
+        # 0440 + the pod's fsGroup: readable by the broker's group only.
+        mode = 0o440
+        if sec.tls is not None:
+            # Every key (tls.crt, tls.key, ca.crt): ca.crt may be absent with some issuers.
+            volumes.append({"name": "tls", "projected": {"defaultMode": mode, "sources": [
+                {"secret": {"name": sec.tls.secretName}}]}})  # fmt: skip
+            mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        auth = sec.authentication
+        if auth is not None and auth.enabled:
+            sources: list[Obj] = []
+            if auth.token is not None:
+                ref, path_ = ((auth.token.secretKey, "token-secret-key") if auth.token.secretKey is not None
+                              else (auth.token.publicKey, "token-public-key"))  # fmt: skip
+                assert ref is not None
+                sources.append({"secret": {"name": ref.name, "items": [{"key": ref.key, "path": path_}]}})
+            if auth.basic is not None:
+                ref = auth.basic.htpasswd
+                sources.append({"secret": {"name": ref.name, "items": [{"key": ref.key, "path": "htpasswd"}]}})
+            if sources:
+                volumes.append({"name": "auth", "projected": {"defaultMode": mode, "sources": sources}})
+                mounts.append({"name": "auth", "mountPath": AUTH_DIR, "readOnly": True})
+        return volumes, mounts
 
     def broker_configmap(self) -> Obj:
         text = "".join(f"{k}={v}\n" for k, v in sorted(self.broker_conf().items()))
@@ -374,48 +479,56 @@ class ClusterRenderer:
             index_label = "metadata.labels['apps.kubernetes.io/pod-index']"
             env.append({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": index_label}}})
             host = ext.hostTemplate.replace("{index}", "$(POD_INDEX)").replace("{name}", "$(POD_NAME)")
-            listeners = f"internal:pulsar://{me}:{BROKER_PORT},external:pulsar://{host}:{BROKER_PORT}"
+            listeners = ",".join(self._listeners("internal", me) + self._listeners("external", host))
             env.append({"name": "MAGNETAR_advertisedListeners", "value": listeners})
             env.append({"name": "MAGNETAR_internalListenerName", "value": "internal"})
+        secret_volumes, secret_mounts = self._secret_volumes()
+        ports = self._broker_ports()
         container: Obj = {
             "name": "broker",
             "image": self.spec.image,
             "imagePullPolicy": self.spec.imagePullPolicy,
             "args": args,
             "env": env,
-            "ports": [
-                {"name": "pulsar", "containerPort": BROKER_PORT},
-                {"name": "http", "containerPort": BROKER_HTTP_PORT},
-            ],
-            "volumeMounts": [{"name": "config", "mountPath": "/etc/magnetar", "readOnly": True}],
-            "readinessProbe": self._http_probe("/admin/v2/brokers/ready", "http", 5, 3),
-            "livenessProbe": self._http_probe("/admin/v2/brokers/health", "http", 10, 6),
-            "startupProbe": self._http_probe("/admin/v2/brokers/health", "http", 2, 150),
+            "ports": [{"name": name, "containerPort": port} for name, port in ports],
+            "volumeMounts": [{"name": "config", "mountPath": "/etc/magnetar", "readOnly": True}, *secret_mounts],
+            "readinessProbe": self._broker_probe("/admin/v2/brokers/ready", 5, 3),
+            "livenessProbe": self._broker_probe("/admin/v2/brokers/health", 10, 6),
+            "startupProbe": self._broker_probe("/admin/v2/brokers/health", 2, 150),
         }
         if b.resources:
             container["resources"] = b.resources
         pod_spec = self._pod_spec(
             "broker", [container], terminationGracePeriodSeconds=60,
-            volumes=[{"name": "config", "configMap": {"name": configmap["metadata"]["name"]}}],
+            volumes=[{"name": "config", "configMap": {"name": configmap["metadata"]["name"]}}, *secret_volumes],
         )  # fmt: skip
         # The configuration's hash is part of the template: a config change rolls the brokers.
         template = self._template("broker", pod_spec, {f"{GROUP}/config-hash": digest(configmap["data"])})
         out = [
             configmap,
-            self._service(n.broker_headless, "broker", [("pulsar", BROKER_PORT), ("http", BROKER_HTTP_PORT)], True),
-            self._service(n.broker, "broker", [("pulsar", BROKER_PORT), ("http", BROKER_HTTP_PORT)]),
+            self._service(n.broker_headless, "broker", ports, True),
+            self._service(n.broker, "broker", ports),
             self._statefulset(n.broker, "broker", n.broker_headless, b.replicas, template, [], on_delete=True),
         ]
         if ext is not None:
             for i in range(b.replicas):
                 pod = f"{n.broker}-{i}"
-                svc = self._service(f"{pod}-external", "broker", [("pulsar", BROKER_PORT)],
+                binary = [(name, port) for name, port in ports if name.startswith("pulsar")]
+                svc = self._service(f"{pod}-external", "broker", binary,
                                     selector={"statefulset.kubernetes.io/pod-name": pod}, type=ext.type)  # fmt: skip
                 if ext.annotations:
                     svc["metadata"]["annotations"] = dict(ext.annotations)
                 out.append(svc)
         if self.spec.podDisruptionBudget.enabled:
             out.append(self._pdb("broker"))
+        return out
+
+    def _listeners(self, name: str, host: str) -> list[str]:
+        """``advertisedListeners`` entries of one listener: plaintext unless TLS-only, ``pulsar+ssl`` with TLS."""
+        tls = self.spec.security.tls
+        out = [] if tls is not None and tls.tlsOnly else [f"{name}:pulsar://{host}:{BROKER_PORT}"]
+        if tls is not None:
+            out.append(f"{name}:pulsar+ssl://{host}:{BROKER_TLS_PORT}")
         return out
 
     # ------------------------------------------------------------------------------------------ monitoring
@@ -434,9 +547,22 @@ class ClusterRenderer:
                     "matchLabels": {INSTANCE: self.name},
                     "matchExpressions": [{"key": COMPONENT, "operator": "In", "values": ["broker", "bookie"]}],
                 },
-                "endpoints": [{"port": "http", "path": "/metrics", "interval": sm.interval}],
+                "endpoints": self._metrics_endpoints(sm.interval),
             },
         }
+
+    def _metrics_endpoints(self, interval: str) -> list[Obj]:
+        """Bookies (and brokers unless TLS-only) on ``http``; TLS-only brokers on ``https``, verified with the
+        TLS Secret's ca.crt."""
+        out: list[Obj] = [{"port": "http", "path": "/metrics", "interval": interval}]
+        tls = self.spec.security.tls
+        if tls is not None and tls.tlsOnly:
+            out.append({
+                "port": "https", "path": "/metrics", "interval": interval, "scheme": "https",
+                "tlsConfig": {"ca": {"secret": {"name": tls.secretName, "key": "ca.crt"}},
+                              "serverName": self.names.service_host(self.names.broker)},
+            })  # fmt: skip
+        return out
 
     # ------------------------------------------------------------------------------------------ all
     def all_objects(self) -> list[Obj]:

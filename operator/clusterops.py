@@ -29,8 +29,18 @@ from typing import Any
 
 import aiohttp
 
+from magnetar.operator.clusteraccess import (
+    CA_KEY,
+    SECRET_KEY_MISSING,
+    SecretProblem,
+    check_secrets,
+    operator_token_ref,
+    read_secret_key,
+    ssl_context,
+)
 from magnetar.operator.clusterobjects import APPLIED_HASH, TEMPLATE_HASH, ClusterRenderer, Obj, digest
 from magnetar.operator.clusterspec import BOOKIE_HTTP_PORT, BOOKIE_PORT, MagnetarClusterSpec
+from magnetar.operator.config import OperatorConfig
 from magnetar.operator.kube import KubeClient, KubeError
 
 log = logging.getLogger("magnetar.operator.cluster")
@@ -125,9 +135,11 @@ class ClusterResult:
 class ClusterReconciler:
     """Drives one MagnetarCluster through the Kubernetes API (``kube``) and the pods' own HTTP endpoints."""
 
-    def __init__(self, kube: KubeClient, http: aiohttp.ClientSession | None = None) -> None:
+    def __init__(self, kube: KubeClient, http: aiohttp.ClientSession | None = None,
+                 config: OperatorConfig | None = None) -> None:  # fmt: skip
         self.kube = kube
         self._http = http
+        self.config = config or OperatorConfig()
 
     async def close(self) -> None:
         if self._http is not None:
@@ -238,7 +250,13 @@ class ClusterReconciler:
         if state.ready < state.desired:
             return result(False, "WaitingForBookies", f"bookies {state.ready}/{state.desired} ready", "Creating",
                           initialized=initialized)  # fmt: skip
-        # 4. brokers
+        # 4. brokers: every Secret they mount (and the operator's token) must exist first
+        try:
+            await check_secrets(self.kube, r.namespace, spec, self.config)
+        except SecretProblem as exc:
+            if (status_reason(status) or "") != exc.reason:  # one Warning per new problem, not per retry
+                events("Warning", exc.reason, str(exc))
+            return result(False, exc.reason, str(exc), "WaitingForSecrets", initialized=initialized)
         state, rolling = await self._component(r, r.broker_objects(), "broker", events)
         comps["brokers"] = state
         monitor = r.service_monitor()
@@ -274,7 +292,7 @@ class ClusterReconciler:
                     f"waiting {grace - waited:.0f} s for auto-recovery to notice {current['pod']}",
                     current,
                 )
-            recovery = await self._autorecovery_status(n.admin_url)
+            recovery = await self._autorecovery_status(r)
             if recovery is None:
                 return live_replicas, "waiting for the brokers' auto-recovery status", current
             if recovery.get("underReplicatedLedgers") or current["bookieId"] in (recovery.get("lostBookies") or []):
@@ -313,12 +331,38 @@ class ClusterReconciler:
         except (aiohttp.ClientError, TimeoutError):
             pass  # retried on the next pass
 
-    async def _autorecovery_status(self, admin_url: str) -> dict[str, Any] | None:
+    async def _autorecovery_status(self, r: ClusterRenderer) -> dict[str, Any] | None:
+        """The brokers' auto-recovery status through the admin API (HTTPS and the operator's token when the
+        cluster is secured); None when it cannot be had (retried on the next pass)."""
+        spec = r.spec
+        headers: dict[str, str] = {}
+        tls: Any = None
         try:
-            async with self._session().get(f"{admin_url}/admin/v2/autorecovery/status") as r:
-                return await r.json(content_type=None) if r.status == 200 else None
+            token = operator_token_ref(spec, self.config)
+            if token is not None:
+                value = await read_secret_key(self.kube, r.namespace, token[0], token[1], "operator admin token")
+                headers["Authorization"] = f"Bearer {value.strip()}"
+            if spec.security.tls is not None:
+                tls = ssl_context(await self._cluster_ca(r.namespace, spec.security.tls.secretName))
+        except SecretProblem as exc:
+            log.warning("%s/%s: %s", r.namespace, r.name, exc)
+            return None
+        admin_url = r.names.client_urls(spec)[1]
+        try:
+            async with self._session().get(f"{admin_url}/admin/v2/autorecovery/status", headers=headers,
+                                           ssl=tls if tls is not None else True) as resp:  # fmt: skip
+                return await resp.json(content_type=None) if resp.status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
+
+    async def _cluster_ca(self, namespace: str, secret: str) -> str | None:
+        """The TLS Secret's ca.crt (None: trust the system's CAs, e.g. a publicly trusted certificate)."""
+        try:
+            return await read_secret_key(self.kube, namespace, secret, CA_KEY)
+        except SecretProblem as exc:
+            if exc.reason == SECRET_KEY_MISSING:
+                return None
+            raise
 
     async def _component(self, r: ClusterRenderer, objects: list[Obj], component: str,
                          events: EventSink) -> tuple[ComponentState, dict[str, str] | None]:  # fmt: skip
@@ -358,6 +402,14 @@ class ClusterReconciler:
         return state, {"component": component, "pod": victim, "step": f"replaced {victim}, waiting for it"}
 
 
+def status_reason(status: Obj) -> str | None:
+    """The reason of a status' Ready condition."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == READY:
+            return cond.get("reason")
+    return None
+
+
 def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -390,8 +442,8 @@ def status_of(previous: Obj, result: ClusterResult, generation: int, r: ClusterR
             cond(DEGRADED, bool(result.degraded), "ComponentDown" if result.degraded else "Running", result.degraded),
         ],
         "phase": result.phase,
-        "serviceUrl": r.names.service_url,
-        "adminUrl": r.names.admin_url,
+        "serviceUrl": r.names.client_urls(r.spec)[0],
+        "adminUrl": r.names.client_urls(r.spec)[1],
         "rollout": result.rollout,
         "metadataInitialized": result.initialized or bool(previous.get("metadataInitialized")),
         "decommission": result.decommission,

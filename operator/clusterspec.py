@@ -17,6 +17,8 @@ IMAGE_UID = 10001
 
 BROKER_PORT = 6650
 BROKER_HTTP_PORT = 8080
+BROKER_TLS_PORT = 6651
+BROKER_HTTPS_PORT = 8443
 BOOKIE_PORT = 3181
 BOOKIE_HTTP_PORT = 8000
 ETCD_CLIENT_PORT = 2379
@@ -105,6 +107,62 @@ class Monitoring(_Spec):
     serviceMonitor: ServiceMonitorSpec = ServiceMonitorSpec()
 
 
+class SecretKeyRef(_Spec):
+    """One key of a Secret in the cluster's namespace (like a container's ``secretKeyRef``)."""
+
+    name: str
+    key: str
+
+
+class TlsSpec(_Spec):
+    """TLS of brokers from a ``kubernetes.io/tls`` Secret (``tls.crt``, ``tls.key``, ``ca.crt``: what
+    cert-manager's Certificate writes)."""
+
+    secretName: str
+    requireClientCert: bool = False
+    #: plaintext ports (6650/8080) off
+    tlsOnly: bool = False
+
+
+class TokenAuth(_Spec):
+    secretKey: SecretKeyRef | None = None
+    publicKey: SecretKeyRef | None = None
+    publicAlg: str | None = None
+
+
+class BasicAuth(_Spec):
+    htpasswd: SecretKeyRef
+
+
+class AuthenticationSpec(_Spec):
+    enabled: bool = True
+    token: TokenAuth | None = None
+    basic: BasicAuth | None = None
+    #: TLS client certificates (the certificate's CN is the role)
+    tlsClientCert: bool = False
+    superUserRoles: list[str] = Field(default_factory=list)
+    #: the operator's own admin token (default: the operator's configured Secret name, key ``token``)
+    operatorTokenSecretRef: SecretKeyRef | None = None
+
+
+class AuthorizationSpec(_Spec):
+    enabled: bool = False
+
+
+class SecuritySpec(_Spec):
+    tls: TlsSpec | None = None
+    authentication: AuthenticationSpec | None = None
+    authorization: AuthorizationSpec | None = None
+
+    @property
+    def tls_on(self) -> bool:
+        return self.tls is not None
+
+    @property
+    def auth_on(self) -> bool:
+        return self.authentication is not None and self.authentication.enabled
+
+
 class MagnetarClusterSpec(_Spec):
     image: str
     imagePullPolicy: str = "IfNotPresent"
@@ -116,6 +174,7 @@ class MagnetarClusterSpec(_Spec):
     podTemplate: PodTemplate = PodTemplate()
     podDisruptionBudget: Toggle = Toggle()
     monitoring: Monitoring = Monitoring()
+    security: SecuritySpec = SecuritySpec()
 
 
 class Names:
@@ -146,6 +205,20 @@ class Names:
     @property
     def admin_url(self) -> str:
         return f"http://{self.service_host(self.broker)}:{BROKER_HTTP_PORT}"
+
+    @property
+    def service_url_tls(self) -> str:
+        return f"pulsar+ssl://{self.service_host(self.broker)}:{BROKER_TLS_PORT}"
+
+    @property
+    def admin_url_tls(self) -> str:
+        return f"https://{self.service_host(self.broker)}:{BROKER_HTTPS_PORT}"
+
+    def client_urls(self, spec: MagnetarClusterSpec) -> tuple[str, str]:
+        """The binary and admin URLs clients (and the operator) use: TLS ones when TLS is on."""
+        if spec.security.tls_on:
+            return self.service_url_tls, self.admin_url_tls
+        return self.service_url, self.admin_url
 
     def metadata_url(self, spec: MagnetarClusterSpec) -> str:
         if spec.metadataStore.external is not None:

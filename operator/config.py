@@ -13,6 +13,11 @@ FINALIZER = f"{GROUP}/finalizer"
 
 #: Default admin URL of a MagnetarCluster: its broker Service on the admin port.
 DEFAULT_CLUSTER_URL_TEMPLATE = "http://{name}-broker.{namespace}.svc:8080"
+#: ... and when the cluster has TLS on (``spec.security.tls``): its HTTPS port.
+DEFAULT_CLUSTER_TLS_URL_TEMPLATE = "https://{name}-broker.{namespace}.svc:8443"
+#: Secret (in the cluster's namespace) holding the operator's admin token for secured clusters whose spec
+#: names none (``security.authentication.operatorTokenSecretRef``).
+DEFAULT_OPERATOR_TOKEN_SECRET = "magnetar-operator-token"
 
 
 def _float(name: str, default: float) -> float:
@@ -32,6 +37,11 @@ class OperatorConfig:
     #: how a clusterRef becomes an admin URL (``{name}``, ``{namespace}``): the MagnetarCluster's broker
     #: Service by default
     cluster_url_template: str = DEFAULT_CLUSTER_URL_TEMPLATE
+    #: the same for clusters with TLS on (the operator then trusts the ca.crt of the cluster's TLS Secret)
+    cluster_tls_url_template: str = DEFAULT_CLUSTER_TLS_URL_TEMPLATE
+    #: the operator's admin token for secured clusters without ``operatorTokenSecretRef``: Secret name, key
+    operator_token_secret: str = DEFAULT_OPERATOR_TOKEN_SECRET
+    operator_token_key: str = "token"
     #: seconds a deletion waits on an unreachable cluster, unreadable credentials or a failing admin API
     #: before the resource is released and its Pulsar object orphaned (Event ``Orphaned``); 0 = forever
     delete_timeout: float = 300.0
@@ -60,6 +70,10 @@ class OperatorConfig:
             backoff_cap=_float("MAGNETAR_OPERATOR_BACKOFF_CAP", cls.backoff_cap),
             cluster_url_template=os.environ.get("MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE")
             or DEFAULT_CLUSTER_URL_TEMPLATE,
+            cluster_tls_url_template=os.environ.get("MAGNETAR_OPERATOR_CLUSTER_TLS_URL_TEMPLATE")
+            or DEFAULT_CLUSTER_TLS_URL_TEMPLATE,
+            operator_token_secret=os.environ.get("MAGNETAR_OPERATOR_TOKEN_SECRET") or DEFAULT_OPERATOR_TOKEN_SECRET,
+            operator_token_key=os.environ.get("MAGNETAR_OPERATOR_TOKEN_KEY") or "token",
             delete_timeout=_float("MAGNETAR_OPERATOR_DELETE_TIMEOUT", cls.delete_timeout),
             allow_inline_admin_url=is_true(os.environ.get("MAGNETAR_OPERATOR_ALLOW_INLINE_ADMIN_URL", "true")),
             admin_url_allowlist=tuple(
@@ -80,8 +94,9 @@ class OperatorConfig:
             return f"connection.adminUrl {url} is not in the operator's allow-list"
         return None
 
-    def cluster_url(self, namespace: str, name: str) -> str:
-        return self.cluster_url_template.format(name=name, namespace=namespace).rstrip("/")
+    def cluster_url(self, namespace: str, name: str, tls: bool = False) -> str:
+        template = self.cluster_tls_url_template if tls else self.cluster_url_template
+        return template.format(name=name, namespace=namespace).rstrip("/")
 
 
 def is_true(value: object) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from magnetar.admin_client.errors import AdminConnectionError, AdminError
 from magnetar.operator import reconcile as rc
 from magnetar.operator.admin import AdminClient
+from magnetar.operator.clusteraccess import CA_KEY, ClusterAccess
 from magnetar.operator.config import FORCE_DELETE_ANNOTATION, PAUSE_ANNOTATION, OperatorConfig, is_true
 from magnetar.operator.limits import ReconcileLimiter, TopicLists
 from magnetar.operator.policies import FIELDS, describe, desired_policies, namespace_observed, plan_writes, topic_keys
@@ -105,9 +106,13 @@ class Environment(Protocol):
     def cluster_ready(self, namespace: str, name: str) -> bool | None:
         """Whether the MagnetarCluster ``namespace/name`` is Ready (None when it does not exist)."""
 
+    def cluster_access(self, namespace: str, name: str) -> ClusterAccess | None:
+        """How to reach the MagnetarCluster ``namespace/name`` (TLS, the operator's token; None: no cluster)."""
+
     def event(self, resource: Resource, type_: str, reason: str, message: str) -> None: ...
 
-    def admin(self, url: str, token: str | None) -> AdminClient: ...
+    def admin(self, url: str, token: str | None, ca: str | None = None) -> AdminClient:
+        """An admin client for ``url`` sending ``token``, trusting the PEM ``ca`` (None: system CAs) for https."""
 
     def lock(self, uid: str) -> asyncio.Lock: ...
 
@@ -163,15 +168,37 @@ class Engine:
         self.topic_lists = TopicLists(config.topic_list_cache_seconds)
 
     @asynccontextmanager
-    async def _client(self, res: Resource, spec: TargetSpec, url: str) -> AsyncIterator[AdminClient]:
-        token = None
+    async def _client(self, res: Resource, spec: TargetSpec, url: str,
+                      access: ClusterAccess | None = None) -> AsyncIterator[AdminClient]:  # fmt: skip
+        """The admin client of a resource: a connection's Secret token, or for a ``clusterRef`` to a secured
+        cluster the operator's token (and the cluster's CA when TLS is on)."""
+        token = ca = None
         conn = spec.connection
         if conn is not None and conn.credentialsSecretRef is not None:
             ref = conn.credentialsSecretRef
-            token = await self.env.secret_value(res.namespace, ref.name, ref.key)
-            if token is None:
-                raise CredentialsMissing(f"Secret {res.namespace}/{ref.name} (key {ref.key!r}) not found")
-        yield self.env.admin(url, token)
+            token = await self._secret(res.namespace, ref.name, ref.key)
+        if access is not None and access.token_secret:
+            token = await self._secret(res.namespace, access.token_secret, access.token_key)
+        if access is not None and access.tls and access.ca_secret:
+            # No ca.crt (a publicly trusted certificate): the system's CAs.
+            ca = await self.env.secret_value(res.namespace, access.ca_secret, CA_KEY)
+        yield self.env.admin(url, token.strip() if token else token, ca)
+
+    def _access(self, res: Resource, spec: TargetSpec, url: str) -> tuple[str, ClusterAccess | None]:
+        """The URL to call and, for a ``clusterRef``, how to reach the cluster (its HTTPS URL when TLS is on).
+        ``url`` (the plaintext convention) stays the resource's identity in claims."""
+        if spec.clusterRef is None:
+            return url, None
+        access = self.env.cluster_access(res.namespace, spec.clusterRef.name)
+        if access is not None and access.tls:
+            return self.env.config.cluster_url(res.namespace, spec.clusterRef.name, tls=True), access
+        return url, access
+
+    async def _secret(self, namespace: str, name: str, key: str) -> str:
+        value = await self.env.secret_value(namespace, name, key)
+        if value is None:
+            raise CredentialsMissing(f"Secret {namespace}/{name} (key {key!r}) not found")
+        return value
 
     # ------------------------------------------------------------------------------------------ apply
     async def reconcile(self, res: Resource, trigger: str = "change") -> Outcome:
@@ -205,8 +232,10 @@ class Engine:
         owner = rc.conflict(self.env.claims((res.kind, url, pulsar)), res.uid)
         if owner is not None:
             return rc.stalled(rc.RESOURCE_CONFLICT, f"{pulsar} is already managed by {owner.ref}", **base)
+        call_url, access = self._access(res, spec, url)
+        base["adminUrl"] = call_url
         try:
-            async with self._client(res, spec, url) as client:
+            async with self._client(res, spec, call_url, access) as client:
                 if isinstance(spec, TenantSpec):
                     outcome = await self._tenant(client, spec, pulsar)
                 elif isinstance(spec, TopicNamespaceSpec):
@@ -408,8 +437,9 @@ class Engine:
                 shown = ", ".join(children[:5]) + (f" and {len(children) - 5} more" if len(children) > 5 else "")
                 return rc.waiting(rc.DEPENDENTS_EXIST, f"waiting for {shown} to be deleted first")
         force = is_true(res.annotations.get(FORCE_DELETE_ANNOTATION, ""))
+        call_url, access = self._access(res, spec, url)
         try:
-            async with self._client(res, spec, url) as client:
+            async with self._client(res, spec, call_url, access) as client:
                 if res.kind == "Tenant":
                     await client.delete_tenant(pulsar, force=force)
                 elif res.kind == "TopicNamespace":

@@ -75,19 +75,20 @@ class KubeClient:
                 raise KubeError(resp.status, message)
             return data
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        """A Secret's value (decoded), ``None`` when the Secret or the key does not exist."""
+    async def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Secret, ``None`` when it does not exist."""
         try:
-            secret = await self.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+            found = await self.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
         except KubeError as exc:
             if exc.status == 404:
                 return None
             raise
-        raw = (secret.get("data") or {}).get(key)
-        if raw is None:
-            plain = (secret.get("stringData") or {}).get(key)
-            return str(plain) if plain is not None else None
-        return base64.b64decode(raw).decode()
+        return found if isinstance(found, dict) else None
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """A Secret's value (decoded), ``None`` when the Secret or the key does not exist."""
+        secret = await self.secret(namespace, name)
+        return None if secret is None else secret_key(secret, key)
 
     async def patch_status(self, group_version: str, plural: str, namespace: str, name: str,
                            status: dict[str, Any]) -> None:  # fmt: skip
@@ -103,3 +104,12 @@ class KubeClient:
         except KubeError as exc:
             if exc.status != 409:
                 raise
+
+
+def secret_key(secret: dict[str, Any], key: str) -> str | None:
+    """One key of a Secret object, decoded (``None`` when absent)."""
+    raw = (secret.get("data") or {}).get(key)
+    if raw is None:
+        plain = (secret.get("stringData") or {}).get(key)
+        return str(plain) if plain is not None else None
+    return base64.b64decode(raw).decode()

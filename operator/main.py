@@ -23,6 +23,7 @@ import kopf
 
 from magnetar.operator import reconcile as rc
 from magnetar.operator.admin import AdminClient
+from magnetar.operator.clusteraccess import ClusterAccess, ssl_context
 from magnetar.operator.clusterhandlers import ClusterHandlers
 from magnetar.operator.clusterhandlers import register as register_cluster_handlers
 from magnetar.operator.config import FINALIZER, GROUP, VERSION, OperatorConfig
@@ -54,7 +55,7 @@ class KopfEnvironment:
         self.config = config
         self.kube = KubeClient()
         self.indexes: dict[str, Any] = {}
-        self._admins: dict[tuple[str, str | None], AdminClient] = {}
+        self._admins: dict[tuple[str, str | None, str | None], AdminClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.peering_ready = False
         #: RetentionPolicies seen deleted (kopf's index may still hold them while their delete handler runs)
@@ -86,10 +87,17 @@ class KopfEnvironment:
 
     def cluster_ready(self, namespace: str, name: str) -> bool | None:
         """Whether a MagnetarCluster is Ready (None: no such cluster)."""
+        access = self.cluster_access(namespace, name)
+        return None if access is None else access.ready
+
+    def cluster_access(self, namespace: str, name: str) -> ClusterAccess | None:
+        """How to reach a MagnetarCluster's admin API (None: no such cluster)."""
         index = self.indexes.get("cluster_index")
         if index is None or (namespace, name) not in index:
             return None
-        return any(index[(namespace, name)])
+        for value in index[(namespace, name)]:
+            return ClusterAccess.from_index(value)
+        return None
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         try:
@@ -107,10 +115,10 @@ class KopfEnvironment:
         }
         kopf.event(body, type=type_, reason=reason, message=message)  # type: ignore[arg-type]
 
-    def admin(self, url: str, token: str | None) -> AdminClient:
-        key = (url, token)
+    def admin(self, url: str, token: str | None, ca: str | None = None) -> AdminClient:
+        key = (url, token, ca)
         if key not in self._admins:
-            self._admins[key] = AdminClient(url, token)
+            self._admins[key] = AdminClient(url, token, tls=ssl_context(ca) if url.startswith("https") else None)
         return self._admins[key]
 
     def lock(self, uid: str) -> asyncio.Lock:

@@ -14,6 +14,7 @@ import pytest
 
 from magnetar.operator import reconcile as rc
 from magnetar.operator.admin import AdminClient
+from magnetar.operator.clusteraccess import ClusterAccess, ssl_context
 from magnetar.operator.config import OperatorConfig
 from magnetar.operator.engine import Engine, Resource, make_claim
 from magnetar.operator.specs import RetentionPolicySpec
@@ -32,7 +33,7 @@ class FakeEnv:
         self.secrets: dict[tuple[str, str, str], str | Exception] = {}
         self.events: list[tuple[str, str, str]] = []
         #: MagnetarClusters by (namespace, name) -> Ready
-        self.clusters: dict[tuple[str, str], bool] = {("default", "magnetar"): True}
+        self.clusters: dict[tuple[str, str], bool | ClusterAccess] = {("default", "magnetar"): True}
         self._admins: dict[tuple[str, str | None], AdminClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -57,13 +58,19 @@ class FakeEnv:
         return value
 
     def cluster_ready(self, namespace: str, name: str) -> bool | None:
-        return self.clusters.get((namespace, name))
+        access = self.cluster_access(namespace, name)
+        return None if access is None else access.ready
+
+    def cluster_access(self, namespace: str, name: str) -> ClusterAccess | None:
+        value = self.clusters.get((namespace, name))
+        return value if isinstance(value, ClusterAccess) or value is None else ClusterAccess(ready=value)
 
     def event(self, resource: Resource, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason, message))
 
-    def admin(self, url: str, token: str | None) -> AdminClient:
-        return self._admins.setdefault((url, token), AdminClient(url, token))
+    def admin(self, url: str, token: str | None, ca: str | None = None) -> AdminClient:
+        tls = ssl_context(ca) if url.startswith("https") else None
+        return self._admins.setdefault((url, token, ca), AdminClient(url, token, tls=tls))
 
     def lock(self, uid: str) -> asyncio.Lock:
         return self._locks.setdefault(uid, asyncio.Lock())
