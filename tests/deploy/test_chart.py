@@ -23,6 +23,23 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "cluster": {"enabled": True, "name": "prod", "spec": {"brokers": {"replicas": 2}}},
         "image": {"repository": "registry.example.com/magnetar", "tag": "1.2.3"},
     },
+    "secured": {
+        "cluster": {
+            "enabled": True,
+            "name": "prod",
+            "certificate": {"enabled": True, "issuerRef": {"name": "magnetar-ca", "kind": "Issuer"}},
+            "spec": {
+                "security": {
+                    "authentication": {
+                        "token": {"secretKey": {"name": "prod-token-key", "key": "secret.key"}},
+                        "superUserRoles": ["magnetar-operator"],
+                    },
+                    "authorization": {"enabled": True},
+                }
+            },
+        },
+        "operatorToken": {"secretName": "ops-token", "key": "jwt"},
+    },
     "ha": {
         "replicaCount": 2,
         "podDisruptionBudget": {"enabled": True},
@@ -365,6 +382,8 @@ def test_selector_matches_pod_labels(helm_bin: str) -> None:
         ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1}}, "not both"),
         ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": None}}, "below replicaCount"),
         ({"replicaCount": 2, "peering": {"enabled": False}}, "needs peering"),
+        ({"cluster": {"certificate": {"enabled": True}}}, "issuerRef"),
+        ({"operatorToken": {"secretName": "Bad_Name", "key": "token"}}, "secretName"),
     ],
 )
 def test_bad_values_are_refused(helm_bin: str, values: dict[str, Any], error: str) -> None:
@@ -439,3 +458,28 @@ def test_chart_installs_a_magnetar_cluster_next_to_the_operator(helm_bin: str) -
     from tests.operator import crdcheck
 
     assert crdcheck.validate(mc) == []
+
+
+def test_chart_secures_its_cluster_with_a_cert_manager_certificate(helm_bin: str) -> None:
+    """cluster.certificate: cert-manager writes <name>-broker-tls for the broker Service and every broker's DNS
+    name, and the MagnetarCluster's TLS defaults to it; operatorToken reaches the operator's environment."""
+    docs = render("secured")
+    cert = the(docs, "Certificate")
+    assert cert["apiVersion"] == "cert-manager.io/v1" and cert["spec"]["secretName"] == "prod-broker-tls"
+    ns = tools.NAMESPACE
+    service, pods = f"prod-broker.{ns}.svc", f"*.prod-broker-headless.{ns}.svc"
+    assert set(cert["spec"]["dnsNames"]) == {"prod-broker", service, f"{service}.cluster.local", pods,
+                                             f"{pods}.cluster.local"}  # fmt: skip
+    assert cert["spec"]["issuerRef"] == {"name": "magnetar-ca", "kind": "Issuer"}
+    mc = the(docs, "MagnetarCluster")
+    security = mc["spec"]["security"]
+    assert security["tls"] == {"secretName": "prod-broker-tls"}
+    assert security["authentication"]["superUserRoles"] == ["magnetar-operator"]
+    from tests.operator import crdcheck
+
+    assert crdcheck.validate(mc) == []
+    env = {e["name"]: e.get("value") for e in container(docs)["env"]}
+    assert env["MAGNETAR_OPERATOR_TOKEN_SECRET"] == "ops-token" and env["MAGNETAR_OPERATOR_TOKEN_KEY"] == "jwt"
+    defaults = {e["name"]: e.get("value") for e in container(render("defaults"))["env"]}
+    assert defaults["MAGNETAR_OPERATOR_TOKEN_SECRET"] == "magnetar-operator-token"
+    assert not by_kind(render("cluster"), "Certificate")

@@ -236,7 +236,7 @@ _LiteralDumper.add_representer(str, _str_representer)
 #: API groups of the custom resources the chart and manifests contain; anything else must be a
 #: built-in kind that kubernetes-validate knows (so a misspelt apiVersion fails instead of being
 #: skipped as "custom").
-CUSTOM_GROUPS = ("magnetar.io", "kopf.dev")
+CUSTOM_GROUPS = ("magnetar.io", "kopf.dev", "cert-manager.io")
 #: The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest known offline.
 K8S_VERSIONS = ("1.25.0", "LATEST")
 
