@@ -391,3 +391,15 @@ def test_cluster_access_for_clusterref_resources() -> None:
     assert ClusterAccess.of(ClusterRenderer(body_with({})).spec, False, config) == ClusterAccess(False)
     assert config.cluster_url("prod", "demo", tls=True) == "https://demo-broker.prod.svc:8443"
 
+
+
+def test_docs_example_is_valid_and_renders() -> None:
+    """docs/operator.md, "Securing a cluster": its MagnetarCluster passes the CRD and renders TLS-only brokers."""
+    text = (crdcheck.CRD_DIR.parent / "docs" / "operator.md").read_text()
+    section = text.split("\n## Securing a cluster\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [yaml.safe_load(b.split("```", 1)[0]) for b in section.split("```yaml\n")[1:]]
+    (mc,) = [b for b in blocks if b["kind"] == "MagnetarCluster"]
+    assert crdcheck.validate(mc) == []
+    conf, container, _, _ = broker_parts({**mc, "metadata": {**mc["metadata"], "name": "demo"}})
+    assert conf["webServicePort"] == "" and conf["authorizationEnabled"] == "true"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
