@@ -11,7 +11,10 @@ operator's token.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
+import json
 import ssl
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -122,10 +125,28 @@ async def read_secret_key(kube: KubeClient, namespace: str, name: str, key: str,
     return value
 
 
-async def check_secrets(kube: KubeClient, namespace: str, spec: MagnetarClusterSpec, config: OperatorConfig) -> None:
-    """Raise :class:`SecretProblem` for the first referenced Secret key that is missing or unreadable."""
-    for name, key, what in required_secret_keys(spec, config):
-        await read_secret_key(kube, namespace, name, key, what)
+async def check_secrets(
+    kube: KubeClient, namespace: str, spec: MagnetarClusterSpec, config: OperatorConfig
+) -> dict[tuple[str, str], str]:
+    """Every referenced Secret key's value by (Secret, key); raises :class:`SecretProblem` for the first one
+    that is missing or unreadable."""
+    return {
+        (name, key): await read_secret_key(kube, namespace, name, key, what)
+        for name, key, what in required_secret_keys(spec, config)
+    }
+
+
+def token_subject(token: str) -> str | None:
+    """The ``sub`` claim of a JWT, read without verifying it (only to warn about a misconfiguration)."""
+    parts = token.strip().split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (binascii.Error, ValueError):
+        return None
+    sub = payload.get("sub") if isinstance(payload, dict) else None
+    return sub if isinstance(sub, str) else None
 
 
 @functools.lru_cache(maxsize=64)

@@ -37,6 +37,7 @@ from magnetar.operator.clusteraccess import (
     operator_token_ref,
     read_secret_key,
     ssl_context,
+    token_subject,
 )
 from magnetar.operator.clusterobjects import APPLIED_HASH, TEMPLATE_HASH, ClusterRenderer, Obj, digest
 from magnetar.operator.clusterspec import BOOKIE_HTTP_PORT, BOOKIE_PORT, MagnetarClusterSpec
@@ -140,6 +141,8 @@ class ClusterReconciler:
         self.kube = kube
         self._http = http
         self.config = config or OperatorConfig()
+        #: (cluster uid, role) already warned about (OperatorNotSuperUser)
+        self._warned_roles: set[tuple[str, str]] = set()
 
     async def close(self) -> None:
         if self._http is not None:
@@ -252,11 +255,12 @@ class ClusterReconciler:
                           initialized=initialized)  # fmt: skip
         # 4. brokers: every Secret they mount (and the operator's token) must exist first
         try:
-            await check_secrets(self.kube, r.namespace, spec, self.config)
+            secrets = await check_secrets(self.kube, r.namespace, spec, self.config)
         except SecretProblem as exc:
             if (status_reason(status) or "") != exc.reason:  # one Warning per new problem, not per retry
                 events("Warning", exc.reason, str(exc))
             return result(False, exc.reason, str(exc), "WaitingForSecrets", initialized=initialized)
+        self._check_operator_role(r, secrets, events)
         state, rolling = await self._component(r, r.broker_objects(), "broker", events)
         comps["brokers"] = state
         monitor = r.service_monitor()
@@ -354,6 +358,22 @@ class ClusterReconciler:
                 return await resp.json(content_type=None) if resp.status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
+
+    def _check_operator_role(self, r: ClusterRenderer, secrets: dict[tuple[str, str], str],
+                             events: EventSink) -> None:  # fmt: skip
+        """Warn (once per cluster and role) when the operator's token is not a superuser's: its admin calls
+        would be refused (403) once authorization is on."""
+        ref = operator_token_ref(r.spec, self.config)
+        auth = r.spec.security.authentication
+        if ref is None or auth is None or ref not in secrets:
+            return
+        subject = token_subject(secrets[ref])
+        key = (r.uid or r.name, subject or "")
+        if subject is not None and subject not in auth.superUserRoles and key not in self._warned_roles:
+            self._warned_roles.add(key)
+            events("Warning", "OperatorNotSuperUser",
+                   f"the operator's token (Secret {ref[0]}) has role {subject!r}, which is not in "
+                   f"security.authentication.superUserRoles {auth.superUserRoles}")  # fmt: skip
 
     async def _cluster_ca(self, namespace: str, secret: str) -> str | None:
         """The TLS Secret's ca.crt (None: trust the system's CAs, e.g. a publicly trusted certificate)."""

@@ -367,7 +367,15 @@ async def test_missing_and_unreadable_secrets_are_reported_in_status(emu: Emulat
         emulator.forbidden.clear()
 
         # Everything there: the brokers are created with the Secrets mounted; the status URLs are the TLS ones.
+        # The operator's token is not a superuser's: a Warning (once), not a blocked cluster.
+        claims = base64.urlsafe_b64encode(b'{"sub":"stranger"}').decode().rstrip("=")
+        stranger = f"eyJhbGciOiJIUzI1NiJ9.{claims}.c2lnbmF0dXJl"  # read, never verified, by the operator
+        op_token = _secret("demo-operator-token", {"token": stranger})
+        await loop.api("PATCH", loop.path("secrets", "demo-operator-token"), op_token, "application/merge-patch+json")
         status, _ = await loop.pass_()
+        await loop.pass_()
+        warned = [e for e in loop.events if e[1] == "OperatorNotSuperUser"]
+        assert len(warned) == 1 and "'stranger'" in warned[0][2] and warned[0][0] == "Warning"
         assert _ready(status)["reason"] == "WaitingForBrokers", status
         assert status["serviceUrl"] == "pulsar+ssl://demo-broker.secured.svc:6651"
         assert status["adminUrl"] == "https://demo-broker.secured.svc:8443"
