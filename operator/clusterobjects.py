@@ -432,8 +432,10 @@ class ClusterRenderer:
         sec = self.spec.security
         volumes: list[Obj] = []
         mounts: list[Obj] = []
-        # 0440 + the pod's fsGroup: readable by the broker's group only.
-        mode = 0o440
+        # 0440 with the pod's fsGroup (readable by the broker's group only); 0444 when a custom securityContext
+        # sets no fsGroup (the files are root-owned then, and the broker runs as another user).
+        pod_security = self.spec.podTemplate.securityContext
+        mode = 0o440 if pod_security is None or pod_security.get("fsGroup") is not None else 0o444
         if sec.tls is not None:
             # Every key (tls.crt, tls.key, ca.crt): ca.crt may be absent with some issuers.
             volumes.append({"name": "tls", "projected": {"defaultMode": mode, "sources": [

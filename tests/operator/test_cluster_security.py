@@ -110,6 +110,10 @@ def test_secrets_are_read_only_projected_volumes() -> None:
         {"secret": {"name": "demo-htpasswd", "items": [{"key": "htpasswd", "path": "htpasswd"}]}},
     ]
     assert all(volumes[n]["projected"]["defaultMode"] == 0o440 for n in ("tls", "auth"))
+    # Without fsGroup the root-owned files must stay readable by the broker's (non-root) user.
+    custom = body_with(podTemplate={"securityContext": {"runAsNonRoot": True, "runAsUser": 1000}})
+    _, _, pod, _ = broker_parts(custom)
+    assert {v["projected"]["defaultMode"] for v in pod["volumes"] if "projected" in v} == {0o444}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["tls"] == {"name": "tls", "mountPath": TLS_DIR, "readOnly": True}
     assert mounts["auth"] == {"name": "auth", "mountPath": AUTH_DIR, "readOnly": True}
