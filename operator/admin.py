@@ -59,7 +59,11 @@ class AdminClient:
             data = json.dumps(body)
         try:
             async with self._session.request(
-                method, self.base_url + path, data=data, params=params, headers=headers,
+                method,
+                self.base_url + path,
+                data=data,
+                params=params,
+                headers=headers,
                 ssl=self._tls if self._tls is not None else True,
             ) as resp:
                 text = await resp.text()

@@ -404,7 +404,6 @@ def test_cluster_access_for_clusterref_resources() -> None:
     assert config.cluster_url("prod", "demo", tls=True) == "https://demo-broker.prod.svc:8443"
 
 
-
 def test_docs_example_is_valid_and_renders() -> None:
     """docs/operator.md, "Securing a cluster": its MagnetarCluster passes the CRD and renders TLS-only brokers."""
     text = (crdcheck.CRD_DIR.parent / "docs" / "operator.md").read_text()

@@ -49,8 +49,15 @@ SECURED_CLUSTER = {
 
 
 def _secret(name: str, data: dict[str, str], type_: str = "Opaque") -> str:
-    return json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
-                       "type": type_, "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": NS},
+            "type": type_,
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        }
+    )
 
 
 class AdminThread:
