@@ -36,6 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="admin URL of a clusterRef, with {name} and {namespace} (MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE)",
     )
     p.add_argument(
+        "--cluster-tls-url-template",
+        help="admin URL of a clusterRef whose cluster has TLS on (MAGNETAR_OPERATOR_CLUSTER_TLS_URL_TEMPLATE)",
+    )
+    p.add_argument(
         "--release-finalizers", action="store_true",
         help="remove the operator's finalizer from every resource and exit (uninstall: the chart's pre-delete hook)",
     )  # fmt: skip
@@ -60,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         os.environ["MAGNETAR_OPERATOR_DRIFT_INTERVAL"] = str(args.drift_interval)
     if args.cluster_url_template:
         os.environ["MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE"] = args.cluster_url_template
+    if args.cluster_tls_url_template:
+        os.environ["MAGNETAR_OPERATOR_CLUSTER_TLS_URL_TEMPLATE"] = args.cluster_tls_url_template
     setup_logging(args.log_level)
     if logging.getLogger().level > logging.DEBUG:
         # kopf reports every handler run at INFO; keep its warnings and errors only. Our own retries

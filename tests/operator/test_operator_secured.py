@@ -98,7 +98,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
         "KUBECACHEDIR": str(tmp / "kubecache"),
         # Plaintext would be refused: a TLS-only cluster is reached through the TLS template only.
         "MAGNETAR_OPERATOR_CLUSTER_URL_TEMPLATE": "http://127.0.0.1:9",
-        "MAGNETAR_OPERATOR_CLUSTER_TLS_URL_TEMPLATE": admin.server.url,
         "MAGNETAR_OPERATOR_DRIFT_INTERVAL": "120",
         "MAGNETAR_OPERATOR_BACKOFF_BASE": "0.5",
         "MAGNETAR_OPERATOR_BACKOFF_CAP": "2",
@@ -115,7 +114,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
         cluster.kubectl("apply", "-f", "-", input=_secret("secure-tls", tls, "kubernetes.io/tls"))
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],
+                [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", "",
+                 f"--cluster-tls-url-template={admin.server.url}"],
                 env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         yield cluster, admin.server
