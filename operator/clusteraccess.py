@@ -86,6 +86,14 @@ def operator_token_ref(spec: MagnetarClusterSpec, config: OperatorConfig) -> tup
     return config.operator_token_secret, config.operator_token_key
 
 
+def broker_client_token_ref(spec: MagnetarClusterSpec, config: OperatorConfig) -> tuple[str, str] | None:
+    """(Secret, key) of the token brokers present to each other, for a cluster with authentication on."""
+    auth = spec.security.authentication
+    if auth is not None and auth.enabled and auth.brokerClientTokenSecretRef is not None:
+        return auth.brokerClientTokenSecretRef.name, auth.brokerClientTokenSecretRef.key
+    return operator_token_ref(spec, config)
+
+
 def required_secret_keys(spec: MagnetarClusterSpec, config: OperatorConfig) -> list[tuple[str, str, str]]:
     """Every (Secret, key, purpose) the brokers and the operator need for ``spec.security``."""
     sec = spec.security
@@ -105,6 +113,9 @@ def required_secret_keys(spec: MagnetarClusterSpec, config: OperatorConfig) -> l
         token = operator_token_ref(spec, config)
         if token is not None:
             out.append((token[0], token[1], "operator admin token"))
+        broker = broker_client_token_ref(spec, config)
+        if broker is not None and broker != token:
+            out.append((broker[0], broker[1], "broker client token"))
     return out
 
 

@@ -138,6 +138,11 @@ def _security() -> Schema:
                 "The operator's own admin token (sent as 'Authorization: Bearer'). Default: the operator's "
                 "configured Secret (chart operatorToken.secretName, key operatorToken.key)."
             ),
+            "brokerClientTokenSecretRef": _secret_key_ref(
+                "The token brokers present to each other's admin API (bundle unloads, load shedding): "
+                "brokerClientAuthenticationPlugin/Parameters. Its role must be a superuser. Default: the "
+                "operator's token."
+            ),
         },
         **{"x-kubernetes-validations": [
             _rule("(has(self.enabled) && !self.enabled) || has(self.token)",

@@ -55,7 +55,8 @@ class ClusterHandlers:
             except KubeError as exc:
                 sink("Warning", "ApiError", str(exc))
                 raise kopf.TemporaryError(str(exc), delay=self.config.cluster_poll) from exc
-        status = status_of(body.get("status") or {}, result, int(meta.get("generation") or 1), ClusterRenderer(body))
+        status = status_of(body.get("status") or {}, result, int(meta.get("generation") or 1),
+                           ClusterRenderer(body, config=self.config))  # fmt: skip
         for key, value in status.items():
             patch.status[key] = value
         return result.ready, result.reason

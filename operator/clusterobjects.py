@@ -19,6 +19,7 @@ import hashlib
 import json
 from typing import Any
 
+from magnetar.operator.clusteraccess import broker_client_token_ref
 from magnetar.operator.clusterspec import (
     BOOKIE_HTTP_PORT,
     BOOKIE_PORT,
@@ -33,7 +34,7 @@ from magnetar.operator.clusterspec import (
     Names,
     Volume,
 )
-from magnetar.operator.config import GROUP, VERSION
+from magnetar.operator.config import GROUP, VERSION, OperatorConfig
 
 Obj = dict[str, Any]
 
@@ -47,6 +48,8 @@ PROVIDER_CLASSES = {
     "basic": "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic",
     "tls": "org.apache.pulsar.broker.authentication.AuthenticationProviderTls",
 }
+#: brokerClientAuthenticationPlugin of brokers calling each other
+BROKER_CLIENT_AUTH = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
 #: Pulsar's unauthenticated status page (what its Helm chart probes): admin paths need credentials once
 #: authentication is on, and the kubelet has none.
 STATUS_PATH = "/status.html"
@@ -64,7 +67,8 @@ def digest(value: Any) -> str:
 class ClusterRenderer:
     """Renders the objects of one MagnetarCluster (``body`` is the custom resource)."""
 
-    def __init__(self, body: Obj, spec: MagnetarClusterSpec | None = None) -> None:
+    def __init__(self, body: Obj, spec: MagnetarClusterSpec | None = None,
+                 config: OperatorConfig | None = None) -> None:  # fmt: skip
         meta = body["metadata"]
         self.name: str = meta["name"]
         self.namespace: str = meta.get("namespace") or "default"
@@ -72,6 +76,8 @@ class ClusterRenderer:
         self.spec = spec or MagnetarClusterSpec.model_validate(body.get("spec") or {})
         self.names = Names(self.name, self.namespace)
         self.cluster_name = self.spec.clusterName or self.name
+        #: the operator's settings (the default operator token the brokers present to each other)
+        self.config = config or OperatorConfig()
 
     # ------------------------------------------------------------------------------------------ common
     def labels(self, component: str) -> dict[str, str]:
@@ -399,6 +405,9 @@ class ClusterRenderer:
             if auth.basic is not None:
                 conf["basicAuthConf"] = f"{AUTH_DIR}/htpasswd"
             conf["superUserRoles"] = ",".join(auth.superUserRoles)
+            # Brokers call each other's admin API (bundle unloads, load shedding) with a superuser token.
+            conf["brokerClientAuthenticationPlugin"] = BROKER_CLIENT_AUTH
+            conf["brokerClientAuthenticationParameters"] = f"file://{AUTH_DIR}/broker-client-token"
         if sec.authorization is not None and sec.authorization.enabled:
             conf["authorizationEnabled"] = "true"
         return conf
@@ -452,6 +461,10 @@ class ClusterRenderer:
             if auth.basic is not None:
                 ref = auth.basic.htpasswd
                 sources.append({"secret": {"name": ref.name, "items": [{"key": ref.key, "path": "htpasswd"}]}})
+            client = broker_client_token_ref(self.spec, self.config)
+            if client is not None:
+                item = {"key": client[1], "path": "broker-client-token"}
+                sources.append({"secret": {"name": client[0], "items": [item]}})
             if sources:
                 volumes.append({"name": "auth", "projected": {"defaultMode": mode, "sources": sources}})
                 mounts.append({"name": "auth", "mountPath": AUTH_DIR, "readOnly": True})

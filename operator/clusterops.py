@@ -216,7 +216,7 @@ class ClusterReconciler:
     # ------------------------------------------------------------------------------------------ reconcile
     async def reconcile(self, body: Obj, events: EventSink) -> ClusterResult:
         spec = MagnetarClusterSpec.model_validate(body.get("spec") or {})
-        r = ClusterRenderer(body, spec)
+        r = ClusterRenderer(body, spec, self.config)
         status = body.get("status") or {}
         comps: dict[str, ComponentState] = {}
 

@@ -143,6 +143,8 @@ class AuthenticationSpec(_Spec):
     superUserRoles: list[str] = Field(default_factory=list)
     #: the operator's own admin token (default: the operator's configured Secret name, key ``token``)
     operatorTokenSecretRef: SecretKeyRef | None = None
+    #: the token brokers present to each other (default: the operator's token)
+    brokerClientTokenSecretRef: SecretKeyRef | None = None
 
 
 class AuthorizationSpec(_Spec):

@@ -14,7 +14,7 @@ import kopf
 import pytest
 import yaml
 
-from magnetar.operator.clusteraccess import ClusterAccess
+from magnetar.operator.clusteraccess import ClusterAccess, required_secret_keys
 from magnetar.operator.clusterhandlers import ClusterHandlers
 from magnetar.operator.clusterobjects import AUTH_DIR, TEMPLATE_HASH, TLS_DIR, ClusterRenderer
 from magnetar.operator.clusterops import READY, ClusterReconciler, status_of
@@ -98,6 +98,8 @@ def test_secured_cluster_renders_pulsar_settings() -> None:
     assert conf["basicAuthConf"] == f"{AUTH_DIR}/htpasswd"
     assert conf["superUserRoles"] == "operator,admin"
     assert conf["authorizationEnabled"] == "true"
+    assert conf["brokerClientAuthenticationPlugin"] == "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+    assert conf["brokerClientAuthenticationParameters"] == f"file://{AUTH_DIR}/broker-client-token"
 
 
 def test_secrets_are_read_only_projected_volumes() -> None:
@@ -108,6 +110,8 @@ def test_secrets_are_read_only_projected_volumes() -> None:
     assert volumes["auth"]["projected"]["sources"] == [
         {"secret": {"name": "demo-token-key", "items": [{"key": "secret.key", "path": "token-secret-key"}]}},
         {"secret": {"name": "demo-htpasswd", "items": [{"key": "htpasswd", "path": "htpasswd"}]}},
+        # Brokers call each other (bundle unloads) with a superuser token: the operator's unless one is named.
+        {"secret": {"name": "demo-operator-token", "items": [{"key": "token", "path": "broker-client-token"}]}},
     ]
     assert all(volumes[n]["projected"]["defaultMode"] == 0o440 for n in ("tls", "auth"))
     # Without fsGroup the root-owned files must stay readable by the broker's (non-root) user.
@@ -118,7 +122,13 @@ def test_secrets_are_read_only_projected_volumes() -> None:
     assert mounts["tls"] == {"name": "tls", "mountPath": TLS_DIR, "readOnly": True}
     assert mounts["auth"] == {"name": "auth", "mountPath": AUTH_DIR, "readOnly": True}
     assert all("subPath" not in m for m in container["volumeMounts"])
-    # The operator's own token is never mounted into the brokers.
+    security = copy.deepcopy(SECURITY)
+    security["authentication"]["brokerClientTokenSecretRef"] = {"name": "demo-broker-token", "key": "jwt"}
+    _, _, pod, _ = broker_parts(body_with(security))
+    auth = next(v for v in pod["volumes"] if v["name"] == "auth")
+    assert auth["projected"]["sources"][-1] == {
+        "secret": {"name": "demo-broker-token", "items": [{"key": "jwt", "path": "broker-client-token"}]}
+    }
     assert "demo-operator-token" not in yaml.safe_dump(pod)
 
 
@@ -402,6 +412,20 @@ def test_cluster_access_for_clusterref_resources() -> None:
     assert ClusterAccess.of(spec, True, config).token_secret == "magnetar-operator-token"
     assert ClusterAccess.of(ClusterRenderer(body_with({})).spec, False, config) == ClusterAccess(False)
     assert config.cluster_url("prod", "demo", tls=True) == "https://demo-broker.prod.svc:8443"
+
+
+def test_every_referenced_secret_key_is_checked() -> None:
+    config = OperatorConfig()
+    security = copy.deepcopy(SECURITY)
+    security["tls"]["requireClientCert"] = True
+    security["authentication"]["brokerClientTokenSecretRef"] = {"name": "demo-broker-token", "key": "jwt"}
+    spec = ClusterRenderer(body_with(security)).spec
+    assert [(name, key) for name, key, _ in required_secret_keys(spec, config)] == [
+        ("demo-tls", "tls.crt"), ("demo-tls", "tls.key"), ("demo-tls", "ca.crt"),
+        ("demo-token-key", "secret.key"), ("demo-htpasswd", "htpasswd"),
+        ("demo-operator-token", "token"), ("demo-broker-token", "jwt"),
+    ]  # fmt: skip
+    assert required_secret_keys(ClusterRenderer(body_with({})).spec, config) == []
 
 
 def test_docs_example_is_valid_and_renders() -> None:
