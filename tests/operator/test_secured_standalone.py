@@ -1,0 +1,104 @@
+"""The settings a secured MagnetarCluster renders, run for real: a ``magnetar standalone`` started with the
+authentication/authorization part of the rendered broker.conf (files where the projected volumes would put
+them), and the operator's engine reaching it with the operator token through a ``clusterRef``.
+Skipped where the broker has no token authentication (before the authentication work is on the branch).
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from magnetar.operator import reconcile as rc
+from magnetar.operator.clusteraccess import ClusterAccess
+from magnetar.operator.clusterobjects import AUTH_DIR, ClusterRenderer
+from magnetar.operator.engine import Engine
+from tests.conftest import StandaloneProcess
+from tests.operator.test_cluster_security import BODY
+from tests.operator.test_engine import FakeEnv
+
+pytest.importorskip("magnetar.broker.auth.jwt_tokens", reason="the broker has no token authentication yet")
+
+#: broker.conf keys of spec.security.authentication / authorization (the rest needs a real cluster)
+AUTH_PREFIXES = ("authentication", "token", "superUser", "authorization", "brokerClient", "basicAuth")
+
+
+def tokens(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "magnetar.cli.main", "tokens", *args], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+class SecuredBroker:
+    def __init__(self, node: StandaloneProcess, auth_dir: Path, operator_token: str) -> None:
+        self.node = node
+        self.auth_dir = auth_dir
+        self.operator_token = operator_token
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+    base = tmp_path_factory.mktemp("secured-standalone")
+    auth_dir = base / "auth"  # stands in for the projected volume at AUTH_DIR
+    auth_dir.mkdir()
+    tokens("create-secret-key", "--output", str(auth_dir / "token-secret-key"))
+    operator_token = tokens("create", "--secret-key", f"file://{auth_dir / 'token-secret-key'}",
+                            "--subject", "magnetar-operator")  # fmt: skip
+    (auth_dir / "broker-client-token").write_text(operator_token)
+    body: dict[str, Any] = copy.deepcopy(BODY)
+    security = body["spec"]["security"]
+    del security["tls"], security["authentication"]["basic"]
+    security["authentication"]["superUserRoles"] = ["magnetar-operator"]
+    conf = ClusterRenderer(body).broker_conf()
+    settings = {k: v.replace(AUTH_DIR, str(auth_dir)) for k, v in conf.items() if k.startswith(AUTH_PREFIXES)}
+    assert settings["authenticationEnabled"] == "true" and settings["tokenSecretKey"].startswith("file://")
+    node = StandaloneProcess(base / "data", settings)
+    node.start()
+    try:
+        yield SecuredBroker(node, auth_dir, operator_token)
+    finally:
+        assert node.stop() == 0, node.log()
+
+
+def _env(broker: SecuredBroker, token: str | None) -> FakeEnv:
+    env = FakeEnv(broker.node.http_url)
+    env.clusters[("default", "magnetar")] = ClusterAccess(ready=True, token_secret="op-token", token_key="token")
+    if token is not None:
+        env.secrets[("default", "op-token", "token")] = token
+    return env
+
+
+async def test_operator_token_manages_a_secured_broker(secured: SecuredBroker) -> None:
+    env = _env(secured, secured.operator_token)
+    try:
+        res = env.add("Tenant", "secured-acme", {"adminRoles": ["acme-admin"]})
+        outcome = await Engine(env).reconcile(res)
+        assert outcome.reason == rc.SYNCED, outcome.message
+        client = env.admin(secured.node.http_url, secured.operator_token)
+        assert (await client.get_tenant("secured-acme") or {}).get("adminRoles") == ["acme-admin"]
+    finally:
+        await env.close()
+
+
+async def test_missing_or_foreign_token_is_reported_not_raised(secured: SecuredBroker, tmp_path: Path) -> None:
+    env = _env(secured, None)
+    try:
+        outcome = await Engine(env).reconcile(env.add("Tenant", "secured-none", {}))
+        assert outcome.reason == rc.CREDENTIALS_MISSING
+    finally:
+        await env.close()
+    tokens("create-secret-key", "--output", str(tmp_path / "other.key"))
+    foreign = tokens("create", "--secret-key", f"file://{tmp_path / 'other.key'}", "--subject", "magnetar-operator")
+    env = _env(secured, foreign)
+    try:
+        outcome = await Engine(env).reconcile(env.add("Tenant", "secured-foreign", {}))
+        assert outcome.severity == "transient" and outcome.reason == rc.UNAUTHORIZED, outcome.message
+    finally:
+        await env.close()
