@@ -1,14 +1,17 @@
 """The settings a secured MagnetarCluster renders, run for real: a ``magnetar standalone`` started with the
-authentication/authorization part of the rendered broker.conf (files where the projected volumes would put
-them), and the operator's engine reaching it with the operator token through a ``clusterRef``.
-Skipped where the broker has no token authentication (before the authentication work is on the branch).
+TLS part, or the authentication/authorization part, of the rendered broker.conf (files where the projected
+volumes would put them), and the operator's engine reaching it through a ``clusterRef``: over HTTPS trusting
+the TLS Secret's ca.crt, with the operator token. The authentication tests are skipped where the broker has
+no token authentication yet.
 """
 
 from __future__ import annotations
 
 import copy
+import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +20,14 @@ import pytest
 
 from magnetar.operator import reconcile as rc
 from magnetar.operator.clusteraccess import ClusterAccess
-from magnetar.operator.clusterobjects import AUTH_DIR, ClusterRenderer
+from magnetar.operator.clusterobjects import AUTH_DIR, TLS_DIR, ClusterRenderer
+from magnetar.operator.config import OperatorConfig
 from magnetar.operator.engine import Engine
+from tests.broker.test_tls import TlsStandalone
 from tests.conftest import StandaloneProcess
 from tests.operator.test_cluster_security import BODY
 from tests.operator.test_engine import FakeEnv
-
-pytest.importorskip("magnetar.broker.auth.jwt_tokens", reason="the broker has no token authentication yet")
+from tests.tlsutil import make_pki
 
 #: broker.conf keys of spec.security.authentication / authorization (the rest needs a real cluster)
 AUTH_PREFIXES = ("authentication", "token", "superUser", "authorization", "brokerClient", "basicAuth")
@@ -45,6 +49,7 @@ class SecuredBroker:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
+    pytest.importorskip("magnetar.broker.auth.jwt_tokens", reason="the broker has no token authentication yet")
     base = tmp_path_factory.mktemp("secured-standalone")
     auth_dir = base / "auth"  # stands in for the projected volume at AUTH_DIR
     auth_dir.mkdir()
@@ -102,3 +107,58 @@ async def test_missing_or_foreign_token_is_reported_not_raised(secured: SecuredB
         assert outcome.severity == "transient" and outcome.reason == rc.UNAUTHORIZED, outcome.message
     finally:
         await env.close()
+
+
+@pytest.fixture(scope="module")
+def tls_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsStandalone]:
+    """A TLS-only standalone from the rendered TLS settings; the certificate files under cert-manager's names."""
+    base = tmp_path_factory.mktemp("tls-only")
+    pki = make_pki(base / "pki")
+    secret = base / "tls"  # stands in for the projected volume at TLS_DIR
+    secret.mkdir()
+    for name, source in (("tls.crt", pki.server.cert), ("tls.key", pki.server.key), ("ca.crt", pki.ca_cert)):
+        (secret / name).write_bytes(source.read_bytes())
+    body: dict[str, Any] = copy.deepcopy(BODY)
+    body["spec"]["security"] = {"tls": {"secretName": "demo-tls", "tlsOnly": True}}
+    conf = ClusterRenderer(body).broker_conf()
+    settings = {k: v.replace(TLS_DIR, str(secret)) for k, v in conf.items() if k.startswith("tls")}
+    settings.update(brokerServicePort=conf["brokerServicePort"], webServicePort=conf["webServicePort"])
+    assert settings["brokerServicePort"] == "" and settings["tlsCertificateFilePath"] == str(secret / "tls.crt")
+    # The TLS ports themselves (6651/8443 in a pod) are free ports here.
+    node = TlsStandalone(base / "data", pki, tls_only=True, **settings)
+    node.start()
+    try:
+        yield node
+    finally:
+        assert node.stop() == 0, node.log()
+
+
+async def test_operator_reaches_a_tls_only_broker_trusting_the_secret_ca(tls_only: TlsStandalone) -> None:
+    env = FakeEnv("http://127.0.0.1:9")  # the plaintext port is off: only the TLS URL may be used
+    env.config = OperatorConfig(cluster_url_template="http://127.0.0.1:9", cluster_tls_url_template=tls_only.https_url)
+    env.clusters[("default", "magnetar")] = ClusterAccess(ready=True, tls=True, ca_secret="demo-tls")
+    env.secrets[("default", "demo-tls", "ca.crt")] = tls_only.pki.ca_cert.read_text()
+    try:
+        outcome = await Engine(env).reconcile(env.add("Tenant", "tls-acme", {"adminRoles": ["a"]}))
+        assert outcome.reason == rc.SYNCED, outcome.message
+        assert outcome.status["adminUrl"] == tls_only.https_url
+        client = env.admin(tls_only.https_url, None, tls_only.pki.ca_cert.read_text())
+        assert (await client.get_tenant("tls-acme") or {}).get("adminRoles") == ["a"]
+    finally:
+        await env.close()
+
+
+def test_rendered_probes_answer_on_a_tls_only_broker(tls_only: TlsStandalone) -> None:
+    """What the kubelet does with the rendered HTTPS probes: GET without verifying the certificate."""
+    body: dict[str, Any] = copy.deepcopy(BODY)
+    body["spec"]["security"] = {"tls": {"secretName": "demo-tls", "tlsOnly": True}}
+    sts = next(o for o in ClusterRenderer(body).broker_objects() if o["kind"] == "StatefulSet")
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        get = container[probe]["httpGet"]
+        assert get["scheme"] == "HTTPS" and get["port"] == "https"
+        with urllib.request.urlopen(tls_only.https_url + get["path"], timeout=5, context=insecure) as resp:
+            assert resp.status == 200
