@@ -281,8 +281,7 @@ class ClusterRenderer:
                 "initialize-cluster-metadata",
                 f"--cluster={self.cluster_name}",
                 f"--metadata-url={n.metadata_url(self.spec)}",
-                f"--web-service-url={n.admin_url}",
-                f"--broker-service-url={n.service_url}",
+                *self._cluster_urls(),
             ],
         }
         pod_spec = self._pod_spec("init", [container], restartPolicy="OnFailure")
@@ -295,6 +294,15 @@ class ClusterRenderer:
                 "template": {"metadata": {"labels": self.labels("init")}, "spec": pod_spec},
             },
         }
+
+    def _cluster_urls(self) -> list[str]:
+        """The cluster's registered service URLs: plaintext unless TLS-only, TLS ones with TLS."""
+        n, tls = self.names, self.spec.security.tls
+        urls = [] if tls is not None and tls.tlsOnly else [f"--web-service-url={n.admin_url}",
+                                                            f"--broker-service-url={n.service_url}"]  # fmt: skip
+        if tls is not None:
+            urls += [f"--web-service-url-tls={n.admin_url_tls}", f"--broker-service-url-tls={n.service_url_tls}"]
+        return urls
 
     # ------------------------------------------------------------------------------------------ bookies
     def bookie_objects(self, replicas: int | None = None) -> list[Obj]:

@@ -5,6 +5,7 @@ emulated Kubernetes API)."""
 
 from __future__ import annotations
 
+import argparse
 import base64
 import copy
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import kopf
 import pytest
 import yaml
 
+from magnetar.cli import initialize
 from magnetar.operator.clusteraccess import ClusterAccess, required_secret_keys
 from magnetar.operator.clusterhandlers import ClusterHandlers
 from magnetar.operator.clusterobjects import AUTH_DIR, TEMPLATE_HASH, TLS_DIR, ClusterRenderer
@@ -162,6 +164,22 @@ def test_tls_only_turns_plaintext_off_and_probes_over_https() -> None:
     r = ClusterRenderer(copy.deepcopy(body))
     assert r.names.client_urls(r.spec) == ("pulsar+ssl://demo-broker.prod.svc:6651",
                                            "https://demo-broker.prod.svc:8443")  # fmt: skip
+
+
+@pytest.mark.parametrize("tls_only", [False, True])
+def test_init_job_registers_the_tls_urls(tls_only: bool) -> None:
+    security = {"tls": {"secretName": "demo-tls", "tlsOnly": tls_only}}
+    args = ClusterRenderer(body_with(security)).init_job()["spec"]["template"]["spec"]["containers"][0]["args"]
+    urls = [a for a in args if "-url" in a and "metadata" not in a]
+    tls = ["--web-service-url-tls=https://demo-broker.prod.svc:8443",
+           "--broker-service-url-tls=pulsar+ssl://demo-broker.prod.svc:6651"]  # fmt: skip
+    plain = ["--web-service-url=http://demo-broker.prod.svc:8080",
+             "--broker-service-url=pulsar://demo-broker.prod.svc:6650"]  # fmt: skip
+    assert urls == (tls if tls_only else plain + tls)
+    # The arguments are initialize-cluster-metadata's.
+    parser = argparse.ArgumentParser()
+    initialize.add_parser(parser.add_subparsers())
+    assert parser.parse_args(args).web_service_url_tls == "https://demo-broker.prod.svc:8443"
 
 
 def test_tls_only_with_client_certificates_probes_the_port() -> None:
