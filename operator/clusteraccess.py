@@ -102,6 +102,10 @@ def required_secret_keys(spec: MagnetarClusterSpec, config: OperatorConfig) -> l
         out += [(sec.tls.secretName, "tls.crt", "TLS certificate"), (sec.tls.secretName, "tls.key", "TLS key")]
         if sec.tls.requireClientCert:
             out.append((sec.tls.secretName, CA_KEY, "CA of client certificates"))
+        if sec.tls.bookieSecretName:
+            name = sec.tls.bookieSecretName
+            out += [(name, "tls.crt", "bookie TLS certificate"), (name, "tls.key", "bookie TLS key"),
+                    (name, CA_KEY, "CA of the bookie certificates")]  # fmt: skip
     auth = sec.authentication
     if auth is not None and auth.enabled:
         if auth.token is not None:

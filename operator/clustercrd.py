@@ -98,6 +98,14 @@ def _security() -> Schema:
                 "Refuse clients without a certificate signed by ca.crt (tlsRequireTrustedClientCertOnConnect)."
             ),
             "tlsOnly": _bool("Turn the plaintext ports 6650/8080 off (default false: both are served)."),
+            "bookieSecretName": _str(
+                "TLS on the bookie port (3181) from this kubernetes.io/tls Secret: its certificate must name "
+                "*.<cluster>-bookie-headless.<namespace>.svc; brokers verify it with its ca.crt "
+                "(bookkeeperTLSClientAuthentication, bookkeeperTLSTrustCertsFilePath). A change rolls bookies and "
+                "brokers.",
+                minLength=1,
+                maxLength=253,
+            ),
         },
         ["secretName"],
     )

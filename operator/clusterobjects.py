@@ -42,6 +42,8 @@ Obj = dict[str, Any]
 #: e.g. a certificate renewed by cert-manager; the broker reloads its certificates itself).
 TLS_DIR = "/var/run/secrets/magnetar/tls"
 AUTH_DIR = "/var/run/secrets/magnetar/auth"
+#: the bookies' TLS Secret: in bookies the whole Secret, in brokers only its ca.crt
+BOOKIE_TLS_DIR = "/var/run/secrets/magnetar/bookie-tls"
 #: authenticationProviders entries (Pulsar's class names)
 PROVIDER_CLASSES = {
     "token": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
@@ -322,6 +324,7 @@ class ClusterRenderer:
                 f"--http-port={BOOKIE_HTTP_PORT}",
                 # The bookie id: the pod's stable DNS name (cookies and ledger ensembles refer to it).
                 f"--advertised-address={n.pod_host('$(POD_NAME)', n.bookie_headless)}",
+                *self._bookie_tls_args(),
             ],
             "env": self._env(),
             "ports": [
@@ -331,6 +334,7 @@ class ClusterRenderer:
             "volumeMounts": [
                 {"name": "journal", "mountPath": "/var/lib/magnetar/journal"},
                 {"name": "ledgers", "mountPath": "/var/lib/magnetar/ledgers"},
+                *self._bookie_tls_volume()[1],
             ],
             "readinessProbe": self._http_probe("/ready", "http", 5, 3),
             "livenessProbe": self._http_probe("/health", "http", 10, 6),
@@ -338,7 +342,10 @@ class ClusterRenderer:
         }
         if b.resources:
             container["resources"] = b.resources
-        template = self._template("bookie", self._pod_spec("bookie", [container], terminationGracePeriodSeconds=60))
+        tls_volumes = self._bookie_tls_volume()[0]
+        extra: Obj = {"volumes": tls_volumes} if tls_volumes else {}
+        template = self._template("bookie", self._pod_spec("bookie", [container], terminationGracePeriodSeconds=60,
+                                                           **extra))  # fmt: skip
         claims = [
             self._claim("journal", b.journal, self.labels("bookie")),
             self._claim("ledgers", b.ledgers, self.labels("bookie")),
@@ -358,6 +365,28 @@ class ClusterRenderer:
         if self.spec.podDisruptionBudget.enabled:
             out.append(self._pdb("bookie"))
         return out
+
+    def _bookie_tls_args(self) -> list[str]:
+        """TLS on the bookie port (BookKeeper's setting names), from ``security.tls.bookieSecretName``."""
+        tls = self.spec.security.tls
+        if tls is None or not tls.bookieSecretName:
+            return []
+        return [f"--tlsCertificatePath={BOOKIE_TLS_DIR}/tls.crt", f"--tlsKeyStore={BOOKIE_TLS_DIR}/tls.key"]
+
+    def _bookie_tls_volume(self) -> tuple[list[Obj], list[Obj]]:
+        """The bookies' TLS Secret as a projected volume (rotation reaches the files; the bookie reloads them)."""
+        tls = self.spec.security.tls
+        if tls is None or not tls.bookieSecretName:
+            return [], []
+        volume = {"name": "bookie-tls", "projected": {"defaultMode": self._secret_mode(), "sources": [
+            {"secret": {"name": tls.bookieSecretName}}]}}  # fmt: skip
+        return [volume], [{"name": "bookie-tls", "mountPath": BOOKIE_TLS_DIR, "readOnly": True}]
+
+    def _secret_mode(self) -> int:
+        """0440 with the pod's fsGroup (readable by the image's group only); 0444 when a custom securityContext
+        sets no fsGroup (the files are root-owned then, and the process runs as another user)."""
+        pod_security = self.spec.podTemplate.securityContext
+        return 0o440 if pod_security is None or pod_security.get("fsGroup") is not None else 0o444
 
     # ------------------------------------------------------------------------------------------ brokers
     def broker_conf(self) -> dict[str, str]:
@@ -397,6 +426,9 @@ class ClusterRenderer:
             if sec.tls.tlsOnly:
                 conf["brokerServicePort"] = ""
                 conf["webServicePort"] = ""
+            if sec.tls.bookieSecretName:
+                conf["bookkeeperTLSClientAuthentication"] = "true"
+                conf["bookkeeperTLSTrustCertsFilePath"] = f"{BOOKIE_TLS_DIR}/ca.crt"
         auth = sec.authentication
         if auth is not None and auth.enabled:
             providers = [kind for kind, on in (("token", auth.token is not None), ("basic", auth.basic is not None),
@@ -449,15 +481,17 @@ class ClusterRenderer:
         sec = self.spec.security
         volumes: list[Obj] = []
         mounts: list[Obj] = []
-        # 0440 with the pod's fsGroup (readable by the broker's group only); 0444 when a custom securityContext
-        # sets no fsGroup (the files are root-owned then, and the broker runs as another user).
-        pod_security = self.spec.podTemplate.securityContext
-        mode = 0o440 if pod_security is None or pod_security.get("fsGroup") is not None else 0o444
+        mode = self._secret_mode()
         if sec.tls is not None:
             # Every key (tls.crt, tls.key, ca.crt): ca.crt may be absent with some issuers.
             volumes.append({"name": "tls", "projected": {"defaultMode": mode, "sources": [
                 {"secret": {"name": sec.tls.secretName}}]}})  # fmt: skip
             mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+            if sec.tls.bookieSecretName:
+                # Only the CA: brokers verify the bookies, they need none of the bookies' keys.
+                source = {"secret": {"name": sec.tls.bookieSecretName, "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+                volumes.append({"name": "bookie-tls", "projected": {"defaultMode": mode, "sources": [source]}})
+                mounts.append({"name": "bookie-tls", "mountPath": BOOKIE_TLS_DIR, "readOnly": True})
         auth = sec.authentication
         if auth is not None and auth.enabled:
             sources: list[Obj] = []

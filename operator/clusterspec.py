@@ -122,6 +122,8 @@ class TlsSpec(_Spec):
     requireClientCert: bool = False
     #: plaintext ports (6650/8080) off
     tlsOnly: bool = False
+    #: TLS on the bookie port from this kubernetes.io/tls Secret (brokers verify it with its ca.crt)
+    bookieSecretName: str | None = None
 
 
 class TokenAuth(_Spec):

@@ -15,10 +15,11 @@ import kopf
 import pytest
 import yaml
 
+from magnetar.cli import bookie as bookie_cli
 from magnetar.cli import initialize
 from magnetar.operator.clusteraccess import ClusterAccess, required_secret_keys
 from magnetar.operator.clusterhandlers import ClusterHandlers
-from magnetar.operator.clusterobjects import AUTH_DIR, TEMPLATE_HASH, TLS_DIR, ClusterRenderer
+from magnetar.operator.clusterobjects import AUTH_DIR, BOOKIE_TLS_DIR, TEMPLATE_HASH, TLS_DIR, ClusterRenderer
 from magnetar.operator.clusterops import READY, ClusterReconciler, status_of
 from magnetar.operator.config import OperatorConfig
 from magnetar.operator.kube import KubeClient, KubeError
@@ -182,6 +183,38 @@ def test_init_job_registers_the_tls_urls(tls_only: bool) -> None:
     assert parser.parse_args(args).web_service_url_tls == "https://demo-broker.prod.svc:8443"
 
 
+def test_bookie_tls_from_its_own_secret() -> None:
+    security = {"tls": {"secretName": "demo-tls", "bookieSecretName": "demo-bookie-tls"}}
+    body = body_with(security)
+    objs = ClusterRenderer(copy.deepcopy(body)).all_objects()
+    bookie = by(objs, "StatefulSet", "demo-bookie")["spec"]["template"]["spec"]
+    args = bookie["containers"][0]["args"]
+    assert {f"--tlsCertificatePath={BOOKIE_TLS_DIR}/tls.crt", f"--tlsKeyStore={BOOKIE_TLS_DIR}/tls.key"} <= set(args)
+    # The bookie CLI takes them (BookKeeper's names).
+    parser = argparse.ArgumentParser()
+    bookie_cli.add_parser(parser.add_subparsers())
+    parsed = parser.parse_args(args)
+    assert parsed.tls_certificate_path == f"{BOOKIE_TLS_DIR}/tls.crt" and parsed.tls_key_store.endswith("tls.key")
+    assert bookie["volumes"] == [{"name": "bookie-tls", "projected": {"defaultMode": 0o440, "sources": [
+        {"secret": {"name": "demo-bookie-tls"}}]}}]  # fmt: skip
+    mounts = bookie["containers"][0]["volumeMounts"]
+    assert {"name": "bookie-tls", "mountPath": BOOKIE_TLS_DIR, "readOnly": True} in mounts
+    conf, _, pod, _ = broker_parts(body)
+    assert conf["bookkeeperTLSClientAuthentication"] == "true"
+    assert conf["bookkeeperTLSTrustCertsFilePath"] == f"{BOOKIE_TLS_DIR}/ca.crt"
+    # Brokers get the bookies' CA only, never their key.
+    volume = next(v for v in pod["volumes"] if v["name"] == "bookie-tls")
+    assert volume["projected"]["sources"] == [
+        {"secret": {"name": "demo-bookie-tls", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+    ]
+    spec = ClusterRenderer(body).spec
+    assert ("demo-bookie-tls", "ca.crt") in [(n, k) for n, k, _ in required_secret_keys(spec, OperatorConfig())]
+    assert crdcheck.validate(body) == []
+    # Without it the bookies are rendered as before.
+    plain = by(ClusterRenderer(body_with({})).all_objects(), "StatefulSet", "demo-bookie")["spec"]["template"]["spec"]
+    assert "volumes" not in plain and not any(a.startswith("--tls") for a in plain["containers"][0]["args"])
+
+
 def test_tls_only_with_client_certificates_probes_the_port() -> None:
     token = {"publicKey": {"name": "issuer", "key": "public.pem"}, "publicAlg": "ES256"}
     security = {"tls": {"secretName": "demo-tls", "tlsOnly": True, "requireClientCert": True},
@@ -211,7 +244,8 @@ def test_external_listener_advertises_tls_urls() -> None:
 
 
 def test_secured_objects_validate_against_kubernetes_schemas() -> None:
-    for security in (SECURITY, {"tls": {"secretName": "t", "tlsOnly": True, "requireClientCert": True}}):
+    for security in (SECURITY, {"tls": {"secretName": "t", "tlsOnly": True, "requireClientCert": True,
+                                        "bookieSecretName": "b"}}):  # fmt: skip
         objs = ClusterRenderer(body_with(copy.deepcopy(security))).all_objects()
         builtin = [o for o in objs if tools.is_builtin(o) and o["kind"] != "ServiceMonitor"]
         assert tools.validate_builtin(builtin) == []
