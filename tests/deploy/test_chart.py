@@ -27,7 +27,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "cluster": {
             "enabled": True,
             "name": "prod",
-            "certificate": {"enabled": True, "issuerRef": {"name": "magnetar-ca", "kind": "Issuer"}},
+            "certificate": {"enabled": True, "issuerRef": {"name": "magnetar-ca", "kind": "Issuer"}, "bookies": True},
             "spec": {
                 "security": {
                     "authentication": {
@@ -464,7 +464,9 @@ def test_chart_secures_its_cluster_with_a_cert_manager_certificate(helm_bin: str
     """cluster.certificate: cert-manager writes <name>-broker-tls for the broker Service and every broker's DNS
     name, and the MagnetarCluster's TLS defaults to it; operatorToken reaches the operator's environment."""
     docs = render("secured")
-    cert = the(docs, "Certificate")
+    cert, bookie_cert = by_kind(docs, "Certificate")
+    assert bookie_cert["spec"]["secretName"] == "prod-bookie-tls"
+    assert bookie_cert["spec"]["dnsNames"][0] == f"*.prod-bookie-headless.{tools.NAMESPACE}.svc"
     assert cert["apiVersion"] == "cert-manager.io/v1" and cert["spec"]["secretName"] == "prod-broker-tls"
     ns = tools.NAMESPACE
     service, pods = f"prod-broker.{ns}.svc", f"*.prod-broker-headless.{ns}.svc"
@@ -473,7 +475,7 @@ def test_chart_secures_its_cluster_with_a_cert_manager_certificate(helm_bin: str
     assert cert["spec"]["issuerRef"] == {"name": "magnetar-ca", "kind": "Issuer"}
     mc = the(docs, "MagnetarCluster")
     security = mc["spec"]["security"]
-    assert security["tls"] == {"secretName": "prod-broker-tls"}
+    assert security["tls"] == {"secretName": "prod-broker-tls", "bookieSecretName": "prod-bookie-tls"}
     assert security["authentication"]["superUserRoles"] == ["magnetar-operator"]
     from tests.operator import crdcheck
 
