@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from magnetar.admin_client.errors import AdminError
 from magnetar.operator import reconcile as rc
 from magnetar.operator.clusteraccess import ClusterAccess
 from magnetar.operator.clusterobjects import AUTH_DIR, TLS_DIR, ClusterRenderer
@@ -162,3 +163,63 @@ def test_rendered_probes_answer_on_a_tls_only_broker(tls_only: TlsStandalone) ->
         assert get["scheme"] == "HTTPS" and get["port"] == "https"
         with urllib.request.urlopen(tls_only.https_url + get["path"], timeout=5, context=insecure) as resp:
             assert resp.status == 200
+
+
+class SecuredTlsStandalone(TlsStandalone):
+    """TLS-only with authentication on: healthy when Pulsar's open status page answers over HTTPS."""
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.https_url}/status.html", timeout=1,
+                                        context=self.client_context(with_cert=False)) as r:  # fmt: skip
+                return r.status == 200
+        except OSError:
+            return False
+
+
+async def test_full_security_settings_run_a_broker_the_operator_manages(tmp_path: Path) -> None:
+    """Everything spec.security renders for brokers at once (TLS-only, token authentication, authorization,
+    broker client token): the engine manages the broker over HTTPS with the operator token; the probe path
+    answers without credentials."""
+    pytest.importorskip("magnetar.broker.auth.jwt_tokens", reason="the broker has no token authentication yet")
+    pki = make_pki(tmp_path / "pki")
+    tls_dir, auth_dir = tmp_path / "tls", tmp_path / "auth"
+    tls_dir.mkdir()
+    auth_dir.mkdir()
+    for name, source in (("tls.crt", pki.server.cert), ("tls.key", pki.server.key), ("ca.crt", pki.ca_cert)):
+        (tls_dir / name).write_bytes(source.read_bytes())
+    tokens("create-secret-key", "--output", str(auth_dir / "token-secret-key"))
+    operator_token = tokens("create", "--secret-key", f"file://{auth_dir / 'token-secret-key'}",
+                            "--subject", "magnetar-operator")  # fmt: skip
+    (auth_dir / "broker-client-token").write_text(operator_token)
+    body: dict[str, Any] = copy.deepcopy(BODY)
+    security = body["spec"]["security"]
+    security["tls"]["tlsOnly"] = True
+    del security["authentication"]["basic"]
+    security["authentication"]["superUserRoles"] = ["magnetar-operator"]
+    conf = ClusterRenderer(body).broker_conf()
+    tls = {k: v.replace(TLS_DIR, str(tls_dir)) for k, v in conf.items()
+           if k.startswith("tls") or k in ("brokerServicePort", "webServicePort")}  # fmt: skip
+    node = SecuredTlsStandalone(tmp_path / "data", pki, tls_only=True, **tls)
+    # As environment variables: a name this broker does not know yet is logged, not refused (as in broker.conf).
+    node.extra_config = {k: v.replace(AUTH_DIR, str(auth_dir)) for k, v in conf.items() if k.startswith(AUTH_PREFIXES)}
+    node.start()
+    env = FakeEnv("http://127.0.0.1:9")
+    env.config = OperatorConfig(cluster_url_template="http://127.0.0.1:9", cluster_tls_url_template=node.https_url)
+    env.clusters[("default", "magnetar")] = ClusterAccess(ready=True, tls=True, token_secret="op-token",
+                                                          token_key="token", ca_secret="demo-tls")  # fmt: skip
+    env.secrets[("default", "demo-tls", "ca.crt")] = pki.ca_cert.read_text()
+    env.secrets[("default", "op-token", "token")] = operator_token
+    try:
+        outcome = await Engine(env).reconcile(env.add("Tenant", "full-acme", {"adminRoles": ["a"]}))
+        assert outcome.reason == rc.SYNCED, outcome.message
+        client = env.admin(node.https_url, operator_token, pki.ca_cert.read_text())
+        assert (await client.get_tenant("full-acme") or {}).get("adminRoles") == ["a"]
+        # Without the token the same API refuses (so the operator's token is what worked).
+        anonymous = env.admin(node.https_url, None, pki.ca_cert.read_text())
+        with pytest.raises(AdminError) as refused:
+            await anonymous.get_tenant("full-acme")
+        assert refused.value.status == 401
+    finally:
+        await env.close()
+        assert node.stop() == 0, node.log()
