@@ -490,3 +490,18 @@ def test_docs_example_is_valid_and_renders() -> None:
     conf, container, _, _ = broker_parts({**mc, "metadata": {**mc["metadata"], "name": "demo"}})
     assert conf["webServicePort"] == "" and conf["authorizationEnabled"] == "true"
     assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
+def test_every_rendered_setting_is_a_broker_setting() -> None:
+    """The broker knows every name the operator writes (an unknown one would only be logged and ignored)."""
+    from magnetar.broker.config import BrokerConfig
+
+    security = copy.deepcopy(SECURITY)
+    security["tls"].update(tlsOnly=True, requireClientCert=True, bookieSecretName="demo-bookie-tls")
+    security["authentication"]["tlsClientCert"] = True
+    conf, _, _, _ = broker_parts(body_with(security))
+    config = BrokerConfig()
+    assert config.apply(conf) == []
+    assert config.broker_service_port is None and config.web_service_port is None
+    assert config.super_user_roles == "operator,admin" and config.authorization_enabled
+    assert config.tls_require_trusted_client_cert_on_connect and config.bookkeeper_tls_client_authentication
