@@ -11,17 +11,13 @@ after the last checkpoint.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import fcntl
 import logging
-import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from functools import partial
-from typing import Any
 
 from magnetar.common.tasks import TaskSet
 
@@ -30,15 +26,16 @@ from .api import (
     BookieFencedError,
     BookieNoSuchEntryError,
     BookieReadOnlyError,
-    BookieTooManyRequestsError,
     BookieUnauthorizedError,
     BookieUnavailableError,
     FutureAdds,
 )
 from .config import BookieConfig
+from .dirlock import DirLock
 from .index import LedgerState
 from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition, Waiter
 from .storage import LedgerStorage
+from .throttle import AddThrottle, consume, tell
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +96,14 @@ class Bookie(FutureAdds):
         self._ckpt_lock = asyncio.Lock()
         self._tasks = TaskSet(f"bookie {self.address}")
         self._ckpt_wake = asyncio.Event()
-        # Adds held back while the write cache is full and the previous one is still being
-        # flushed: (deadline, args, future), in arrival order.
-        self._throttled: collections.deque[tuple[float, tuple[Any, ...], asyncio.Future[None]]] = collections.deque()
-        self._throttle_timer: asyncio.TimerHandle | None = None
+        # Adds held back while the write cache is full and the previous one is still being flushed.
+        self.throttle = AddThrottle(config.address, config.max_throttle_time_s)
+        self._throttled = self.throttle.queue  # the same deque, tested on every add
         self._cache_max = config.write_cache_max_bytes
-        #: Adds that waited for room, and adds rejected after max_throttle_time_s (metrics).
-        self.throttled_adds = 0
-        self.rejected_adds = 0
         self._ckpt_executor: ThreadPoolExecutor | None = None
         self._read_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock_fds: list[int] = []
+        self._dir_lock = DirLock()
         #: How often free disk space is compared with ``min_free_bytes`` (the networked bookie shortens it).
         self.free_space_check_interval_s = _FREE_SPACE_EVERY_S
 
@@ -122,6 +115,16 @@ class Bookie(FutureAdds):
     def cache_bytes(self) -> int:
         """Bytes in the write cache not yet being flushed (a metric)."""
         return self._cache_bytes
+
+    @property
+    def throttled_adds(self) -> int:
+        """Adds that waited for room in the write cache (a metric)."""
+        return self.throttle.throttled_adds
+
+    @property
+    def rejected_adds(self) -> int:
+        """Adds rejected after ``max_throttle_time_s`` (a metric)."""
+        return self.throttle.rejected_adds
 
     @property
     def read_only(self) -> bool:
@@ -152,7 +155,7 @@ class Bookie(FutureAdds):
         except BaseException:
             self.status = BookieStatus.CLOSED
             await self._shutdown_executors()
-            self._unlock_dirs()
+            self._dir_lock.release()
             raise
         self.journal.start(loop)
         self._last_checkpoint = time.monotonic()
@@ -169,21 +172,7 @@ class Bookie(FutureAdds):
 
     def _lock_dirs(self) -> None:
         """Refuse to run two bookies on the same directories (they would corrupt each other)."""
-        for d in dict.fromkeys((self.config.journal_dir, self.config.ledger_dir)):
-            d.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-            fd = os.open(d / "bookie.lock", os.O_RDWR | os.O_CREAT, 0o644)  # type: ignore[operator]
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                os.close(fd)
-                raise BookieError(f"{d} is in use by another bookie") from e
-            self._lock_fds.append(fd)
-
-    def _unlock_dirs(self) -> None:
-        for fd in self._lock_fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)  # closing drops the flock
-        self._lock_fds.clear()
+        self._dir_lock.acquire((self.config.journal_dir, self.config.ledger_dir))  # type: ignore[arg-type]
 
     def _replay(self, mark: JournalPosition | None) -> int:
         """Apply journal records after the checkpoint mark (blocking; before serving)."""
@@ -228,7 +217,7 @@ class Bookie(FutureAdds):
             return
         self.status = BookieStatus.CLOSING
         self._accepting = False
-        self._fail_throttled(BookieUnavailableError(f"bookie {self.address} is closing"))
+        self.throttle.fail_all(BookieUnavailableError(f"bookie {self.address} is closing"))
         await self._tasks.close()
         await self.journal.close()
         if self._flush_fut is not None and not self._flush_fut.done():
@@ -248,7 +237,7 @@ class Bookie(FutureAdds):
             except (OSError, TimeoutError) as e:
                 log.error("closing the storage of bookie %s failed: %r", self.address, e)
         await self._shutdown_executors()
-        self._unlock_dirs()
+        self._dir_lock.release()
         self.status = BookieStatus.CLOSED
         log.info("bookie %s closed", self.address)
 
@@ -266,7 +255,7 @@ class Bookie(FutureAdds):
     def _new_ledger(self, ledger_id: int, master_key: bytes) -> LedgerState:
         st = self._ledgers[ledger_id] = LedgerState(master_key)
         # Nobody awaits this record: the add or fence that follows it in the journal does.
-        self.journal.append(REC_KEY, ledger_id, -1, -1, master_key).add_done_callback(_consume)
+        self.journal.append(REC_KEY, ledger_id, -1, -1, master_key).add_done_callback(consume)
         return st
 
     def add_entry_nowait(
@@ -285,7 +274,8 @@ class Bookie(FutureAdds):
         self._check_writable()
         if self._throttled or self._cache_bytes >= self._cache_max:
             # Full: the checkpoint that swaps the cache out is starting or still flushing the last one.
-            return self._throttle((ledger_id, entry_id, master_key, last_add_confirmed, data, recovery))
+            args = (ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+            return self.throttle.hold(self._loop, args)  # type: ignore[arg-type]
         return self._add_now(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
 
     def add_entry_async(
@@ -304,7 +294,7 @@ class Bookie(FutureAdds):
         self._check_writable()
         args = (ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
         if self._throttled or self._cache_bytes >= self._cache_max:
-            self._throttle(args).add_done_callback(partial(_tell, done))
+            self.throttle.hold(self._loop, args).add_done_callback(partial(tell, done))  # type: ignore[arg-type]
             return
         self.journal.append_cb(REC_ADD, ledger_id, entry_id, last_add_confirmed, self._cache_add(*args), done)
 
@@ -362,62 +352,13 @@ class Bookie(FutureAdds):
             self._ckpt_wake.set()  # checkpoint now rather than at the next tick
         return data
 
-    # ---------------------------------------------------------------- write-cache throttling
-
-    def _throttle(self, args: tuple[Any, ...]) -> asyncio.Future[None]:
-        """Hold an add back until the write cache has room, at most ``max_throttle_time_s``."""
-        loop = self._loop
-        assert loop is not None
-        fut: asyncio.Future[None] = loop.create_future()
-        deadline = loop.time() + self.config.max_throttle_time_s
-        self._throttled.append((deadline, args, fut))
-        self.throttled_adds += 1
-        if self._throttle_timer is None:
-            self._throttle_timer = loop.call_at(deadline, self._expire_throttled)
-        return fut
-
     def _release_throttled(self) -> None:
         """Admit held-back adds in arrival order while the write cache has room."""
-        queue = self._throttled
-        while queue and self._cache_bytes < self._cache_max:
-            _, args, fut = queue.popleft()
-            if fut.done():
-                continue
-            try:
-                inner = self._add_now(*args) if self._accepting and not self.read_only else None
-            except BookieError as e:
-                fut.set_exception(e)
-                continue
-            if inner is None:
-                fut.set_exception(BookieReadOnlyError(f"bookie {self.address} is read-only or stopping"))
-            else:
-                inner.add_done_callback(partial(_chain, fut))
-
-    def _expire_throttled(self) -> None:
-        """Reject adds that waited ``max_throttle_time_s`` (BookKeeper: TOO_MANY_REQUESTS)."""
-        self._throttle_timer = None
-        loop = self._loop
-        assert loop is not None
-        now = loop.time()
-        queue = self._throttled
-        while queue and queue[0][0] <= now:
-            _, _, fut = queue.popleft()
-            if not fut.done():
-                self.rejected_adds += 1
-                fut.set_exception(
-                    BookieTooManyRequestsError(f"bookie {self.address}: write cache full, the ledger disk is behind")
-                )
-        if queue:
-            self._throttle_timer = loop.call_at(queue[0][0], self._expire_throttled)
-
-    def _fail_throttled(self, exc: BookieError) -> None:
-        if self._throttle_timer is not None:
-            self._throttle_timer.cancel()
-            self._throttle_timer = None
-        queue, self._throttled = self._throttled, collections.deque()
-        for _, _, fut in queue:
-            if not fut.done():
-                fut.set_exception(exc)
+        self.throttle.release(
+            lambda: self._cache_bytes < self._cache_max,
+            lambda *args: self._add_now(*args) if self._accepting and not self.read_only else None,
+            lambda: BookieReadOnlyError(f"bookie {self.address} is read-only or stopping"),
+        )
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         """Entries ``first..last`` in order, stopping at the first one this bookie lacks."""
@@ -612,7 +553,7 @@ class Bookie(FutureAdds):
                 log.error("checkpoint failed, bookie %s is read-only until one succeeds: %r", self.address, exc)
             self._storage_failed = True
             # Held-back adds would only time out: tell them now, like any add from here on.
-            self._fail_throttled(BookieReadOnlyError(f"bookie {self.address} is read-only (checkpoint failed)"))
+            self.throttle.fail_all(BookieReadOnlyError(f"bookie {self.address} is read-only (checkpoint failed)"))
             # Put everything back so the next checkpoint retries it; newer data wins.
             for lid, entries in snapshot.items():
                 if lid not in self._ledgers:
@@ -733,27 +674,3 @@ class Bookie(FutureAdds):
         if locations is not None:
             ids.update(locations.entry_ids())
         return sorted(ids)
-
-
-def _tell(done: Waiter, fut: asyncio.Future[None]) -> None:
-    """Hand a throttled add's outcome (its future) to an :meth:`Bookie.add_entry_async` caller."""
-    if fut.cancelled():
-        done(BookieUnavailableError("add cancelled"))
-    else:
-        done(fut.exception())
-
-
-def _chain(outer: asyncio.Future[None], inner: asyncio.Future[None]) -> None:
-    if outer.done():
-        _consume(inner)
-    elif inner.cancelled():
-        outer.cancel()
-    elif (exc := inner.exception()) is not None:
-        outer.set_exception(exc)
-    else:
-        outer.set_result(None)
-
-
-def _consume(fut: asyncio.Future[None]) -> None:
-    if not fut.cancelled():
-        fut.exception()

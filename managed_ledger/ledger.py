@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from bisect import bisect_left
 from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from magnetar.ledger.api import LedgerError, NoSuchLedgerError
+from magnetar.managed_ledger import positions, retention
 from magnetar.managed_ledger.api import (
     EARLIEST,
     LATEST,
@@ -311,24 +311,7 @@ class ManagedLedgerImpl(ManagedLedger):
 
     def normalize_position(self, pos: Position) -> Position:
         """The first stored (or next-to-be-written) position at or after ``pos``."""
-        ids = self._ledger_ids
-        lid, eid = pos
-        if eid < 0:
-            eid = 0
-        i = bisect_left(ids, lid)
-        n = len(ids)
-        while i < n:
-            cid = ids[i]
-            if cid != lid:
-                eid = 0
-            li = self._ledgers[cid]
-            if eid < li.entries or i == n - 1:
-                return Position(cid, eid)
-            i += 1
-        if n:  # past the current ledger: the next position to be written
-            li = self._ledgers[ids[-1]]
-            return Position(ids[-1], max(li.entries, 0))
-        return Position(lid, eid)
+        return positions.normalize(self._ledger_ids, self._ledgers, pos)
 
     def next_position(self, position: Position) -> Position:
         lid, eid = position
@@ -338,33 +321,10 @@ class ManagedLedgerImpl(ManagedLedger):
         return self.normalize_position(Position(lid, eid + 1))
 
     def previous_position(self, position: Position) -> Position:
-        lid, eid = position
-        if eid > 0:
-            return Position(lid, eid - 1)
-        ids = self._ledger_ids
-        i = bisect_left(ids, lid) - 1
-        while i >= 0:
-            li = self._ledgers[ids[i]]
-            if li.entries > 0:
-                return Position(li.ledger_id, li.entries - 1)
-            i -= 1
-        return Position(lid, -1)
+        return positions.previous(self._ledger_ids, self._ledgers, position)
 
     def entries_between(self, start: Position, end: Position) -> int:
-        if end < start:
-            return 0
-        ids = self._ledger_ids
-        total = 0
-        i = bisect_left(ids, start.ledger_id)
-        while i < len(ids) and ids[i] <= end.ledger_id:
-            lid = ids[i]
-            n = self._ledgers[lid].entries
-            lo = max(start.entry_id, 0) if lid == start.ledger_id else 0
-            hi = min(end.entry_id, n - 1) if lid == end.ledger_id else n - 1
-            if hi >= lo:
-                total += hi - lo + 1
-            i += 1
-        return total
+        return positions.count_between(self._ledger_ids, self._ledgers, start, end)
 
     def is_stored(self, pos: Position) -> bool:
         """Whether ``pos`` is an entry of a ledger in the list."""
@@ -578,28 +538,8 @@ class ManagedLedgerImpl(ManagedLedger):
         durable = [c.mark_delete_position for c in self._cursors.values() if c.durable]
         # With no durable cursor nothing is waiting for the data: all of it counts as consumed.
         slowest = min(durable) if durable else self._last_confirmed
-        cfg = self._config
-        now = now_ms()
-        size_left = self.total_size
-        out: list[int] = []
-        for lid in self._ledger_ids:
-            li = self._ledgers[lid]
-            if li is self._writer.current or not li.closed:
-                break
-            if li.entries > 0:
-                if Position(lid, li.entries - 1) > slowest:
-                    break
-                # As Pulsar: a consumed ledger goes once it is past the retention time OR the
-                # retained size exceeds the quota; -1 disables a limit, 0 retains nothing.
-                t = cfg.retention_time_seconds
-                expired = t == 0 or (t > 0 and now - li.timestamp_ms > t * 1000)
-                s = cfg.retention_size_bytes
-                over_quota = s >= 0 and size_left > s
-                if not (expired or over_quota):
-                    break
-            out.append(lid)
-            size_left -= li.size
-        return out
+        ledgers = (self._ledgers[lid] for lid in self._ledger_ids)
+        return retention.trimmable(ledgers, self._writer.current, slowest, self.total_size, self._config, now_ms())
 
     async def trim(self) -> list[int]:
         """Delete consumed ledgers outside retention now; returns the deleted ledger ids."""
