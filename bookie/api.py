@@ -9,6 +9,21 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from collections.abc import Callable
+from functools import partial
+
+#: Told the outcome of a journal record or an add: ``None`` once durable, else the error.
+Waiter = Callable[[BaseException | None], None]
+
+
+def settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    """A :data:`Waiter` (and remote add callback) for a future: resolve it, unless it is already done."""
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)
 
 
 class BookieError(Exception):
@@ -84,7 +99,7 @@ class BookieClient(abc.ABC):
 class FutureAdds(abc.ABC):
     """Adds as futures: :meth:`add_entry_nowait` is the hot path (no coroutine or task per add).
 
-    Mixed into the in-process bookie and both clients; :meth:`add_entry` just awaits the future.
+    Mixed into the bookies and their clients (see :class:`CallbackAdds`); :meth:`add_entry` just awaits the future.
     """
 
     @abc.abstractmethod
@@ -111,3 +126,35 @@ class FutureAdds(abc.ABC):
     ) -> None:
         """Store one entry durably (see :meth:`add_entry_nowait`)."""
         await self.add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+
+
+class CallbackAdds(FutureAdds):
+    """Adds with a callback (:meth:`add_entry_async`, no future per add); :meth:`add_entry_nowait` wraps it
+    in a future. Mixed into the in-process bookie and its local client."""
+
+    @abc.abstractmethod
+    def add_entry_async(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool,
+        done: Waiter,
+    ) -> None:
+        """Start one add: ``done(None)`` once the entry is durable, else ``done(error)``; called on the event
+        loop, never from here (errors found at once are raised)."""
+
+    def add_entry_nowait(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        data: bytes,
+        recovery: bool = False,
+    ) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.add_entry_async(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery, partial(settle, fut))
+        return fut

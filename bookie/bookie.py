@@ -28,12 +28,13 @@ from .api import (
     BookieReadOnlyError,
     BookieUnauthorizedError,
     BookieUnavailableError,
-    FutureAdds,
+    CallbackAdds,
+    Waiter,
 )
 from .config import BookieConfig
 from .dirlock import DirLock
 from .index import LedgerState
-from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition, Waiter
+from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
 from .storage import LedgerStorage
 from .throttle import AddThrottle, consume, tell
 
@@ -53,7 +54,7 @@ class BookieStatus(Enum):
     CLOSED = "closed"
 
 
-class Bookie(FutureAdds):
+class Bookie(CallbackAdds):
     """One bookie's storage, served in-process (see :class:`~magnetar.bookie.local.LocalBookieClient`).
 
     ``Bookie(BookieConfig(data_dir=...))``, then ``await start()`` ... ``await close()``.
@@ -258,26 +259,6 @@ class Bookie(FutureAdds):
         self.journal.append(REC_KEY, ledger_id, -1, -1, master_key).add_done_callback(consume)
         return st
 
-    def add_entry_nowait(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        last_add_confirmed: int,
-        data: bytes,
-        recovery: bool = False,
-    ) -> asyncio.Future[None]:
-        """Accept one entry; the returned future resolves once it is durable in the journal.
-
-        Raises at once on a wrong key, a fenced ledger or a read-only / stopped bookie.
-        """
-        self._check_writable()
-        if self._throttled or self._cache_bytes >= self._cache_max:
-            # Full: the checkpoint that swaps the cache out is starting or still flushing the last one.
-            args = (ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
-            return self.throttle.hold(self._loop, args)  # type: ignore[arg-type]
-        return self._add_now(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
-
     def add_entry_async(
         self,
         ledger_id: int,
@@ -288,9 +269,9 @@ class Bookie(FutureAdds):
         recovery: bool,
         done: Waiter,
     ) -> None:
-        """:meth:`add_entry_nowait` with a callback: ``done(None)`` once the entry is durable, else
-        ``done(error)``; called on the event loop, never from here (errors found at once are raised).
-        This is the hot path of every local publish: no future or extra loop callback per add."""
+        """Accept one entry: ``done(None)`` once it is durable in the journal, else ``done(error)``; called
+        on the event loop, never from here. Raises at once on a wrong key, a fenced ledger or a read-only /
+        stopped bookie. The hot path of every local publish: no future or extra loop callback per add."""
         self._check_writable()
         args = (ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
         if self._throttled or self._cache_bytes >= self._cache_max:
@@ -304,17 +285,10 @@ class Bookie(FutureAdds):
         if self._read_only or self._forced_read_only or self._storage_failed:
             raise BookieReadOnlyError(f"bookie {self.address} is read-only")
 
-    def _add_now(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        last_add_confirmed: int,
-        data: bytes,
-        recovery: bool,
-    ) -> asyncio.Future[None]:
-        data = self._cache_add(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
-        return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data)
+    def _add_now(self, args: tuple[int, int, bytes, int, bytes, bool]) -> asyncio.Future[None]:
+        """A held-back add admitted: ``args`` as :meth:`add_entry_async` takes them."""
+        ledger_id, entry_id, _, last_add_confirmed, _, _ = args
+        return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, self._cache_add(*args))
 
     def _cache_add(
         self,
@@ -356,7 +330,7 @@ class Bookie(FutureAdds):
         """Admit held-back adds in arrival order while the write cache has room."""
         self.throttle.release(
             lambda: self._cache_bytes < self._cache_max,
-            lambda *args: self._add_now(*args) if self._accepting and not self.read_only else None,
+            lambda *args: self._add_now(args) if self._accepting and not self.read_only else None,
             lambda: BookieReadOnlyError(f"bookie {self.address} is read-only or stopping"),
         )
 

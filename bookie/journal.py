@@ -25,7 +25,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -36,7 +36,7 @@ from crc32c import crc32c
 
 from magnetar.common.tasks import TaskSet
 
-from .api import BookieError, BookieUnavailableError
+from .api import BookieError, BookieUnavailableError, Waiter, settle
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,6 @@ _SUFFIX = ".journal"
 
 
 #: Told the outcome of one record: ``None`` once it is durable, else the error.
-Waiter = Callable[[BaseException | None], None]
-
-
 class _Group(NamedTuple):
     """Records written together with one ``pwritev`` and one ``fdatasync``."""
 
@@ -288,7 +285,7 @@ class Journal:
     def append(self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes) -> asyncio.Future[None]:
         """Queue one record; the future resolves once it is fdatasync'ed (event loop thread only)."""
         fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
-        self.append_cb(rtype, ledger_id, entry_id, lac, data, partial(_settle, fut))
+        self.append_cb(rtype, ledger_id, entry_id, lac, data, partial(settle, fut))
         return fut
 
     def append_cb(self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes, done: Waiter) -> None:
@@ -457,15 +454,6 @@ def _fail(waiters: list[Waiter], exc: BookieError) -> None:
         except Exception:
             log.exception("journal waiter failed")
     waiters.clear()  # each waiter hears once: a late write of this group tells nobody
-
-
-def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is None:
-        fut.set_result(None)
-    else:
-        fut.set_exception(exc)
 
 
 def _set_done(fut: asyncio.Future[None] | None) -> None:

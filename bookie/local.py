@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from .api import BookieClient, BookieUnavailableError, FutureAdds
+from .api import BookieClient, BookieUnavailableError, CallbackAdds, Waiter
 from .bookie import Bookie
-from .journal import Waiter
 
 
-class LocalBookieClient(FutureAdds, BookieClient):
+class LocalBookieClient(CallbackAdds, BookieClient):
     """Implements :class:`BookieClient` by calling a :class:`Bookie` directly.
 
     ``LocalBookieClient(bookie)``; the bookie bounds every wait itself (journal watchdog, read
@@ -25,18 +22,6 @@ class LocalBookieClient(FutureAdds, BookieClient):
         if self._closed:
             raise BookieUnavailableError(f"client of {self.address} is closed")
         return self._bookie
-
-    def add_entry_nowait(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        last_add_confirmed: int,
-        data: bytes,
-        recovery: bool = False,
-    ) -> asyncio.Future[None]:
-        """Fast path for the ledger client: a future instead of a coroutine (no task per add)."""
-        return self._check().add_entry_nowait(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
 
     def add_entry_async(
         self,

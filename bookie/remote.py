@@ -30,7 +30,7 @@ from typing import Any
 from magnetar.common.tasks import TaskSet
 
 from . import protocol as p
-from .api import BookieClient, BookieError, BookieUnavailableError, FutureAdds
+from .api import BookieClient, BookieError, BookieUnavailableError, FutureAdds, settle
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +67,6 @@ def _finish(op: int, target: Any, token: Any, exc: BaseException | None, result:
 def _live(q: _Queued) -> bool:
     """A queued request someone still waits for (a call that timed out has a done future)."""
     return q[0] == _OP_ADD or not q[4].done()
-
-
-def _resolve(fut: asyncio.Future[None], exc: BaseException | None) -> None:
-    """The AddCallback behind :meth:`RemoteBookieClient.add_entry_nowait`."""
-    if not fut.done():
-        if exc is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(exc)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -128,6 +119,12 @@ class _Connection(asyncio.Protocol):
             len(self.pending) < client.max_pending and self.pending_bytes < client.max_pending_bytes
         )
 
+    def _add_ok(self, entry: _Pending) -> None:
+        """An add the bookie answered OK (alone or in ADD_ACKS): tell its caller."""
+        self.pending_bytes -= entry[3]
+        op = entry[0]
+        _finish(op, entry[1], entry[2], None if op == _OP_ADD else BookieError(f"bookie acked op {op} as an add"))
+
     def data_received(self, data: bytes) -> None:
         # Parsed in place; a successful add (the hot path) costs one unpack and one dict pop.
         chunk = self.reader.take(data)
@@ -153,25 +150,11 @@ class _Connection(asyncio.Protocol):
                 for acked in p.rids_struct(rid).unpack_from(chunk, off + p.HEADER_SIZE):
                     entry = pending.pop(acked, None)
                     if entry is not None:
-                        self.pending_bytes -= entry[3]
-                        if entry[0] == _OP_ADD:
-                            try:
-                                entry[1](entry[2], None)
-                            except Exception:
-                                log.exception("add callback failed")
-                        else:
-                            _finish(entry[0], entry[1], entry[2], BookieError(f"bookie acked op {entry[0]} as an add"))
+                        self._add_ok(entry)
             elif length == 7 and op == _ADD_RESPONSE and chunk[off + p.HEADER_SIZE] == p.OK:
                 entry = pending.pop(rid, None)
                 if entry is not None:
-                    self.pending_bytes -= entry[3]
-                    if entry[0] == _OP_ADD:
-                        try:
-                            entry[1](entry[2], None)
-                        except Exception:
-                            log.exception("add callback failed")
-                    else:
-                        _finish(entry[0], entry[1], entry[2], BookieError(f"bookie answered an add to op {entry[0]}"))
+                    self._add_ok(entry)
             elif not self._response(op, rid, chunk[off + p.HEADER_SIZE : end]):
                 return
             off = end
@@ -498,7 +481,7 @@ class RemoteBookieClient(FutureAdds, BookieClient):
     ) -> asyncio.Future[None]:
         """Send one add; the future resolves when the bookie has it durably (no task per add)."""
         fut: asyncio.Future[None] = self._loop_of().create_future()
-        self.add_entry_cb(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery, _resolve, fut)
+        self.add_entry_cb(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery, settle, fut)
         return fut
 
     def add_entry_cb(

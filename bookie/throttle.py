@@ -13,8 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from .api import BookieError, BookieTooManyRequestsError, BookieUnavailableError
-from .journal import Waiter
+from .api import BookieError, BookieTooManyRequestsError, BookieUnavailableError, Waiter
 
 
 class AddThrottle:

@@ -288,29 +288,27 @@ class LedgerWriteHandle(WriteHandle):
             self._on_replica_result(op, idx, gen, fut.exception())
 
     def _on_slot_done(self, idx: int, gen: int, op: _PendingAdd, exc: BaseException | None) -> None:
-        """A replica's answer through ``add_entry_cb`` (the success path inlined: it runs per replica)."""
+        """A replica's answer through ``add_entry_cb`` (success tested first: it runs per replica)."""
         if exc is None and gen == self._slot_gen[idx]:
-            if op.acked or op.future.done():
-                return
-            op.mask |= 1 << idx
-            op.acks += 1
-            if op.acks >= self.metadata.ack_quorum:
-                op.acked = True
-                self._complete_in_order()
+            self._replica_acked(op, idx)
             return
         self._on_replica_result(op, idx, gen, exc)
+
+    def _replica_acked(self, op: _PendingAdd, idx: int) -> None:
+        """Count replica ``idx``'s ack; complete adds in order once the ack quorum is reached."""
+        if op.acked or op.future.done():
+            return
+        op.mask |= 1 << idx
+        op.acks += 1
+        if op.acks >= self.metadata.ack_quorum:
+            op.acked = True
+            self._complete_in_order()
 
     def _on_replica_result(self, op: _PendingAdd, idx: int, gen: int, exc: BaseException | None) -> None:
         if gen != self._slot_gen[idx]:
             return  # an answer of a bookie that was replaced meanwhile: the replacement counts
         if exc is None:
-            if op.acked or op.future.done():
-                return
-            op.mask |= 1 << idx
-            op.acks += 1
-            if op.acks >= self.metadata.ack_quorum:
-                op.acked = True
-                self._complete_in_order()
+            self._replica_acked(op, idx)
             return
         if isinstance(exc, BookieFencedError):
             self._fail(LedgerFencedError(f"ledger {self.ledger_id} was fenced by a recovering client"))
