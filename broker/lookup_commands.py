@@ -33,13 +33,19 @@ if TYPE_CHECKING:
 T = pb.BaseCommand
 
 
+async def _checked_topic(conn: ServerConnection, name: str, operation: TopicOperation, denied: str) -> TopicName:
+    """Parse a topic the client asks about and check that its role may do ``operation`` (``denied`` if not)."""
+    topic = TopicName.parse(name)
+    await conn.service.authorization.check_topic(topic, conn.role, operation, message=denied)
+    return topic
+
+
 def on_partitioned_metadata(conn: ServerConnection, cmd: T, frame: Frame) -> None:
     r = cmd.partitionMetadata
 
     async def work() -> None:
-        topic = TopicName.parse(r.topic)
-        await conn.service.authorization.check_topic(
-            topic, conn.role, TopicOperation.LOOKUP, message="Client is not authorized to Get Partition Metadata"
+        topic = await _checked_topic(
+            conn, r.topic, TopicOperation.LOOKUP, "Client is not authorized to Get Partition Metadata"
         )
         partitions = await conn.service.partitioned_metadata(topic, r.metadata_auto_creation_enabled)
         conn.write(commands.partitioned_metadata(r.request_id, partitions))
@@ -51,10 +57,7 @@ def on_lookup(conn: ServerConnection, cmd: T, frame: Frame) -> None:
     r = cmd.lookupTopic
 
     async def work() -> None:
-        topic = TopicName.parse(r.topic)
-        await conn.service.authorization.check_topic(
-            topic, conn.role, TopicOperation.LOOKUP, message="Client is not authorized to Lookup"
-        )
+        topic = await _checked_topic(conn, r.topic, TopicOperation.LOOKUP, "Client is not authorized to Lookup")
         # As Pulsar: the client's listener name, else the one of the socket it came in on.
         name = r.advertised_listener_name if r.advertised_listener_name.strip() else conn.listener_name
         answer = await conn.service.lookup(topic, r.authoritative, name)
@@ -157,10 +160,7 @@ def on_get_schema(conn: ServerConnection, cmd: T, frame: Frame) -> None:
     r = cmd.getSchema
 
     async def work() -> None:
-        name = TopicName.parse(r.topic)
-        await conn.service.authorization.check_topic(
-            name, conn.role, TopicOperation.GET_SCHEMA, message="Client is not authorized to GetSchema"
-        )
+        name = await _checked_topic(conn, r.topic, TopicOperation.GET_SCHEMA, "Client is not authorized to GetSchema")
         version = r.schema_version if r.HasField("schema_version") else None
         found = await conn.service.schemas.get_schema(name, version)
         if found is None:
@@ -179,9 +179,8 @@ def on_get_or_create_schema(conn: ServerConnection, cmd: T, frame: Frame) -> Non
     r = cmd.getOrCreateSchema
 
     async def work() -> None:
-        name = TopicName.parse(r.topic)
-        await conn.service.authorization.check_topic(
-            name, conn.role, TopicOperation.PRODUCE, message="Client is not authorized to GetOrCreateSchema"
+        name = await _checked_topic(
+            conn, r.topic, TopicOperation.PRODUCE, "Client is not authorized to GetOrCreateSchema"
         )
         version = await conn.service.schemas.add_schema(name, r.schema)
         conn.write(commands.get_or_create_schema_response(r.request_id, version))

@@ -10,7 +10,7 @@ broker through the metadata store's watches. Only superusers and the tenant's ad
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from aiohttp import web
 from pydantic import ConfigDict
@@ -40,8 +40,32 @@ _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 _NOT_FOUND = {403: "Not a superuser or an admin of the tenant", 404: "Namespace does not exist"}
 
 
-def _actions(actions: list[AuthActionName]) -> list[str]:
+def _actions(actions: Iterable[str]) -> list[str]:
     return sorted(set(actions))
+
+
+async def _set_auth_entry(request: web.Request, ns: str, field: str, key: str, value: list[str]) -> None:
+    """Store ``auth_policies.<field>[key] = value`` in the namespace's policies."""
+
+    def mutate(policies: Policies) -> None:
+        getattr(policies.auth_policies, field)[key] = value
+
+    await policies_of(request).update_namespace(ns, mutate)
+
+
+def _grant_on_topic(policies: Policies, topic: TopicName, role: str, actions: Iterable[str]) -> None:
+    policies.auth_policies.destination_auth.setdefault(str(topic), {})[role] = _actions(actions)
+
+
+def _revoke_on_topic(policies: Policies, topic: TopicName, role: str) -> bool:
+    """Drop the role's grants on the topic itself (and the topic's entry once empty); whether it had any."""
+    destination = policies.auth_policies.destination_auth
+    grants = destination.get(str(topic), {})
+    had = role in grants
+    grants.pop(role, None)
+    if not grants:
+        destination.pop(str(topic), None)
+    return had
 
 
 # ---------------------------------------------------------------------------------------- namespace
@@ -65,11 +89,7 @@ async def grant_namespace_permission(request: web.Request) -> web.Response:
     ns = namespace_of(request)
     role = request.match_info["role"]
     actions = _actions(await json_body(request, list[AuthActionName]))
-
-    def grant(policies: Policies) -> None:
-        policies.auth_policies.namespace_auth[role] = actions
-
-    await policies_of(request).update_namespace(ns, grant)
+    await _set_auth_entry(request, ns, "namespace_auth", role, actions)
     log.info("granted %s on namespace %s to role %s", actions, ns, role)
     return no_content()
 
@@ -108,11 +128,7 @@ async def grant_subscription_permission(request: web.Request) -> web.Response:
     ns = namespace_of(request)
     subscription = request.match_info["subscription"]
     roles = sorted(set(await json_body(request, list[str])))
-
-    def grant(policies: Policies) -> None:
-        policies.auth_policies.subscription_auth_roles[subscription] = roles
-
-    await policies_of(request).update_namespace(ns, grant)
+    await _set_auth_entry(request, ns, "subscription_auth_roles", subscription, roles)
     log.info("subscription %s of namespace %s limited to roles %s", subscription, ns, roles)
     return no_content()
 
@@ -185,11 +201,7 @@ async def grant_topic_permission(request: web.Request) -> web.Response:
     topic = topic_from(request)
     role = request.match_info["role"]
     actions = _actions(await json_body(request, list[AuthActionName]))
-
-    def grant(policies: Policies) -> None:
-        policies.auth_policies.destination_auth.setdefault(str(topic), {})[role] = actions
-
-    await policies_of(request).update_namespace(topic.namespace, grant)
+    await policies_of(request).update_namespace(topic.namespace, lambda p: _grant_on_topic(p, topic, role, actions))
     log.info("granted %s on topic %s to role %s", actions, topic, role)
     return no_content()
 
@@ -204,12 +216,8 @@ async def revoke_topic_permission(request: web.Request) -> web.Response:
     role = request.match_info["role"]
 
     def revoke(policies: Policies) -> None:
-        grants = policies.auth_policies.destination_auth.get(str(topic))
-        if not grants or role not in grants:
+        if not _revoke_on_topic(policies, topic, role):
             raise precondition_failed("Permissions are not set at the topic level")
-        del grants[role]
-        if not grants:
-            del policies.auth_policies.destination_auth[str(topic)]
 
     await policies_of(request).update_namespace(topic.namespace, revoke)
     log.info("revoked the permissions of role %s on topic %s", role, topic)
@@ -264,9 +272,7 @@ async def grant_permissions_on_topics(request: web.Request) -> web.Response:
 
     def grant(policies: Policies) -> None:
         for topic, option in zip(topics, options, strict=True):
-            policies.auth_policies.destination_auth.setdefault(str(topic), {})[option.role] = sorted(
-                set(option.actions)
-            )
+            _grant_on_topic(policies, topic, option.role, option.actions)
 
     await policies_of(request).update_namespace(ns, grant)
     return no_content()
@@ -283,12 +289,8 @@ async def revoke_permissions_on_topics(request: web.Request) -> web.Response:
     ns, topics = await _topics_of_one_namespace(request, options)
 
     def revoke(policies: Policies) -> None:
-        destination = policies.auth_policies.destination_auth
         for topic, option in zip(topics, options, strict=True):
-            grants = destination.get(str(topic), {})
-            grants.pop(option.role, None)
-            if not grants:
-                destination.pop(str(topic), None)
+            _revoke_on_topic(policies, topic, option.role)
 
     await policies_of(request).update_namespace(ns, revoke)
     return no_content()
