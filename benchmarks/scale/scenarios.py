@@ -144,14 +144,9 @@ class Scale:
         made, failed = run_bounded((one(t) for t in topics), self.p.create_threads, self.p.create_timeout)
         return len(made), failed
 
-    def publish_cost(self, topic: str, count: int, deliveries: int) -> dict[str, Any]:
-        """Broker CPU per message of ``count`` non-batched sends from a client process to ``topic``.
-
-        The window closes once the listener consumers got ``deliveries`` more messages, so that
-        dispatch is counted too. The worker's connect/lookup/producer creation falls inside it
-        (a few ms of broker CPU, small against ``count`` messages).
-        """
-        kw = dict(
+    def _producer_args(self, topic: str, count: int, **extra: Any) -> dict[str, Any]:
+        """Arguments of a non-batched :func:`producer_worker` sending ``count`` messages to ``topic``."""
+        return dict(
             url=self.broker.service_url,
             topic=topic,
             size=self.p.size,
@@ -159,7 +154,17 @@ class Scale:
             max_pending=self.p.max_pending,
             batch=(1000, 128 * 1024, 10),  # unused: batching is off
             count=count,
+            **extra,
         )
+
+    def publish_cost(self, topic: str, count: int, deliveries: int) -> dict[str, Any]:
+        """Broker CPU per message of ``count`` non-batched sends from a client process to ``topic``.
+
+        The window closes once the listener consumers got ``deliveries`` more messages, so that
+        dispatch is counted too. The worker's connect/lookup/producer creation falls inside it
+        (a few ms of broker CPU, small against ``count`` messages).
+        """
+        kw = self._producer_args(topic, count)
         seen = self.deliveries.count
         c0, t0 = self.cpu(), time.monotonic()
         win = run_workers(self.broker, [(producer_worker, kw)], self.p.timeout)
@@ -295,16 +300,7 @@ class Scale:
         points = []
         for level in sorted(self.p.backlog_levels):
             if level > filled:
-                kw = dict(
-                    url=self.broker.service_url,
-                    topic=topic,
-                    size=self.p.size,
-                    batched=False,
-                    max_pending=self.p.max_pending,
-                    batch=(1000, 128 * 1024, 10),  # unused: batching is off
-                    count=(level - filled + 1) // 2,
-                    duration=self.p.fill_timeout,
-                )
+                kw = self._producer_args(topic, (level - filled + 1) // 2, duration=self.p.fill_timeout)
                 win = run_workers(self.broker, [(producer_worker, kw)] * 2, self.p.fill_timeout + 60)
                 filled += sum(r["acked"] for r in win.results)
             time.sleep(self.p.settle)
