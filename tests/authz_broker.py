@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,18 @@ class AuthzBroker(StandaloneProcess):
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
             **kwargs,
         )
+
+
+def running_with_tenants(data_dir: Path, *, topic: bool = False) -> Iterator[AuthzBroker]:
+    """For a fixture: a started :class:`AuthzBroker` with tenants ``acme`` and ``globex`` (admins
+    ``<tenant>-admin``), each with namespace ``ns`` (and topic ``t`` if ``topic``); stopped after."""
+    node = AuthzBroker(data_dir)
+    node.start()
+    for tenant in ("acme", "globex"):
+        info = {"adminRoles": [f"{tenant}-admin"], "allowedClusters": ["standalone"]}
+        assert node.rest(SUPERUSER, "PUT", f"/admin/v2/tenants/{tenant}", info).status == 204
+        assert node.rest(SUPERUSER, "PUT", f"/admin/v2/namespaces/{tenant}/ns").status == 204
+        if topic:
+            assert node.rest(SUPERUSER, "PUT", f"/admin/v2/persistent/{tenant}/ns/t").status == 204
+    yield node
+    assert node.stop() == 0, node.log()

@@ -88,11 +88,14 @@ class RawClient:
         self.send(cmd)
         return self.recv_until(T.CONNECTED)
 
-    def lookup(self, topic: str, request_id: int = 1000) -> T:
-        """LOOKUP ``topic``; a cluster broker serves a topic only after a lookup assigned its bundle."""
+    def lookup(self, topic: str, request_id: int = 1000, listener: str | None = None) -> T:
+        """LOOKUP ``topic`` (for ``listener``, if given); a cluster broker serves a topic only after a lookup
+        assigned its bundle."""
         cmd = T(type=T.LOOKUP)
         cmd.lookupTopic.topic = topic
         cmd.lookupTopic.request_id = request_id
+        if listener is not None:
+            cmd.lookupTopic.advertised_listener_name = listener
         self.send(cmd)
         return self.recv_until(T.LOOKUP_RESPONSE)
 

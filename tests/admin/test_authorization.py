@@ -12,7 +12,7 @@ from magnetar.broker.admin import app  # noqa: F401 - registers every module's r
 from magnetar.broker.admin.access import requirement_for
 from magnetar.broker.admin.api import _PATH_PARAM, OPERATIONS
 from tests.admin.test_cli import Admin, run_cli
-from tests.authz_broker import SUPERUSER, AuthzBroker
+from tests.authz_broker import SUPERUSER, AuthzBroker, running_with_tenants
 from tests.conftest import StandaloneProcess
 
 SUPER_ONLY = {"reason": "This operation requires super-user access"}
@@ -30,15 +30,7 @@ def test_every_route_has_a_rule() -> None:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthzBroker]:
-    node = AuthzBroker(tmp_path_factory.mktemp("authz-rest") / "data")
-    node.start()
-    for tenant in ("acme", "globex"):
-        info = {"adminRoles": [f"{tenant}-admin"], "allowedClusters": ["standalone"]}
-        assert node.rest(SUPERUSER, "PUT", f"/admin/v2/tenants/{tenant}", info).status == 204
-        assert node.rest(SUPERUSER, "PUT", f"/admin/v2/namespaces/{tenant}/ns").status == 204
-        assert node.rest(SUPERUSER, "PUT", f"/admin/v2/persistent/{tenant}/ns/t").status == 204
-    yield node
-    assert node.stop() == 0, node.log()
+    yield from running_with_tenants(tmp_path_factory.mktemp("authz-rest") / "data", topic=True)
 
 
 def test_superuser_only_endpoints(broker: AuthzBroker) -> None:

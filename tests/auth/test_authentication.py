@@ -97,19 +97,29 @@ def auth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthBroker
 
 
 def produce_consume(client: pulsar.Client, topic: str) -> None:
-    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
-    producer = client.create_producer(topic)
-    producer.send(b"hello")
-    assert consumer.receive(timeout_millis=10_000).data() == b"hello"
+    """Send and receive one message on ``topic``, then close ``client``."""
+    try:
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic)
+        producer.send(b"hello")
+        assert consumer.receive(timeout_millis=10_000).data() == b"hello"
+    finally:
+        client.close()
+
+
+def producer_refused(client: pulsar.Client, topic: str) -> None:
+    """Creating a producer on ``topic`` fails (the credentials are refused), then close ``client``."""
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(topic)
+    finally:
+        client.close()
 
 
 # ------------------------------------------------------------------------------------------- tokens
 def test_valid_token_produces_and_consumes(auth_broker: AuthBroker, topic_name: str) -> None:
     client = auth_broker.client(pulsar.AuthenticationToken(auth_broker.token("alice", "1h")))
-    try:
-        produce_consume(client, topic_name)
-    finally:
-        client.close()
+    produce_consume(client, topic_name)
 
 
 @pytest.mark.parametrize("kind", ["none", "expired", "wrong-key", "garbage"])
@@ -127,11 +137,7 @@ def test_bad_or_missing_token_refused(auth_broker: AuthBroker, topic_name: str, 
     else:
         authentication = pulsar.AuthenticationToken("not-a-jwt")
     client = auth_broker.client(authentication, timeout=3)
-    try:
-        with pytest.raises(pulsar.PulsarException):
-            client.create_producer(topic_name)
-    finally:
-        client.close()
+    producer_refused(client, topic_name)
 
 
 def _expired_token(secret: Path) -> str:
@@ -148,6 +154,13 @@ def _raw_connect(port: int, method: str, data: bytes, refresh: bool = True) -> R
     cmd.connect.feature_flags.supports_auth_refresh = refresh
     raw.send(cmd)
     return raw
+
+
+def _answer_challenge(raw: RawClient, token: str) -> None:
+    response = T(type=T.AUTH_RESPONSE)
+    response.authResponse.response.auth_method_name = "token"
+    response.authResponse.response.auth_data = token.encode()
+    raw.send(response)
 
 
 def test_refused_connect_gets_authentication_error_and_close(auth_broker: AuthBroker) -> None:
@@ -190,10 +203,7 @@ def test_challenge_on_expiry_and_refresh_with_fresh_token(auth_broker: AuthBroke
         challenge = raw.recv_until(T.AUTH_CHALLENGE).authChallenge
         assert challenge.challenge.auth_method_name == "token"
         assert challenge.challenge.auth_data == b"refresh"
-        response = T(type=T.AUTH_RESPONSE)
-        response.authResponse.response.auth_method_name = "token"
-        response.authResponse.response.auth_data = fresh.encode()
-        raw.send(response)
+        _answer_challenge(raw, fresh)
         assert not raw.is_closed(timeout=3)  # several refresh checks pass: still connected
     finally:
         raw.close()
@@ -206,10 +216,7 @@ def test_role_change_on_refresh_closes(auth_broker: AuthBroker) -> None:
         assert raw.recv_until(T.CONNECTED)
         raw.sock.settimeout(8)
         raw.recv_until(T.AUTH_CHALLENGE)
-        response = T(type=T.AUTH_RESPONSE)
-        response.authResponse.response.auth_method_name = "token"
-        response.authResponse.response.auth_data = other_role.encode()
-        raw.send(response)
+        _answer_challenge(raw, other_role)
         assert raw.is_closed()  # the principal cannot change during a refresh
     finally:
         raw.close()
@@ -222,10 +229,7 @@ def test_expired_answer_to_challenge_closes(auth_broker: AuthBroker) -> None:
         assert raw.recv_until(T.CONNECTED)
         raw.sock.settimeout(8)
         raw.recv_until(T.AUTH_CHALLENGE)
-        response = T(type=T.AUTH_RESPONSE)
-        response.authResponse.response.auth_method_name = "token"
-        response.authResponse.response.auth_data = token.encode()  # the same, now expired
-        raw.send(response)
+        _answer_challenge(raw, token)  # the same, now expired
         error = raw.recv_until(T.ERROR)
         assert error.error.error == pb.AuthenticationError
         assert raw.is_closed()
@@ -307,19 +311,12 @@ def _publishers(broker: AuthBroker, topic: str) -> int:
 def test_basic_right_password(auth_broker: AuthBroker, topic_name: str) -> None:
     for user, password in (("bcrypt-user", "bc-pass"), ("apr-user", "apr-pass")):
         client = auth_broker.client(pulsar.AuthenticationBasic(user, password))
-        try:
-            produce_consume(client, f"{topic_name}-{user}")
-        finally:
-            client.close()
+        produce_consume(client, f"{topic_name}-{user}")
 
 
 def test_basic_wrong_password(auth_broker: AuthBroker, topic_name: str) -> None:
     client = auth_broker.client(pulsar.AuthenticationBasic("apr-user", "wrong"), timeout=3)
-    try:
-        with pytest.raises(pulsar.PulsarException):
-            client.create_producer(topic_name)
-    finally:
-        client.close()
+    producer_refused(client, topic_name)
 
 
 # ------------------------------------------------------------------------------------------- HTTP
@@ -376,15 +373,9 @@ def test_key_pair_broker_anonymous_role_and_cli_round_trip(tmp_path: Path, topic
     try:
         broker = AuthBroker(node, tmp_path / "unused")
         client = broker.client(pulsar.AuthenticationToken(token))
-        try:
-            produce_consume(client, topic_name)
-        finally:
-            client.close()
+        produce_consume(client, topic_name)
         client = broker.client()  # no credentials: the anonymous role
-        try:
-            produce_consume(client, topic_name + "-anonymous")
-        finally:
-            client.close()
+        produce_consume(client, topic_name + "-anonymous")
         log = node.log_path.read_text(errors="replace")
         assert "authenticated as role svc (token)" in log
         assert "authenticated as role anonymous (none)" in log
@@ -392,11 +383,7 @@ def test_key_pair_broker_anonymous_role_and_cli_round_trip(tmp_path: Path, topic
         assert broker.http("/metrics", f"Bearer {forged}")[0] == 401  # authenticateMetricsEndpoint=true
         assert broker.http("/metrics", f"Bearer {token}")[0] == 200
         client = broker.client(pulsar.AuthenticationToken(forged), timeout=3)
-        try:
-            with pytest.raises(pulsar.PulsarException):
-                client.create_producer(topic_name)
-        finally:
-            client.close()
+        producer_refused(client, topic_name)
         assert broker.http("/admin/v2/tenants", f"Bearer {forged}")[0] == 401
         assert broker.http("/admin/v2/tenants", f"Bearer {token}")[0] == 200
     finally:

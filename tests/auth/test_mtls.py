@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from tests.auth.test_authentication import produce_consume
+from tests.auth.test_authentication import produce_consume, producer_refused
 from tests.broker.test_tls import TlsStandalone
 from tests.conftest import _quiet_logger
 from tests.tlsutil import Pki, make_pki
@@ -61,10 +61,7 @@ def test_client_certificate_is_the_role(mtls_broker: AuthTlsStandalone, pki: Pki
         operation_timeout_seconds=15,
         logger=_quiet_logger(),
     )
-    try:
-        produce_consume(client, topic_name)
-    finally:
-        client.close()
+    produce_consume(client, topic_name)
     assert "authenticated as role svc-orders (tls)" in mtls_broker.log_path.read_text(errors="replace")
 
 
@@ -75,11 +72,7 @@ def test_tls_without_client_certificate_refused(mtls_broker: AuthTlsStandalone, 
         operation_timeout_seconds=3,
         logger=_quiet_logger(),
     )
-    try:
-        with pytest.raises(pulsar.PulsarException):
-            client.create_producer(topic_name)
-    finally:
-        client.close()
+    producer_refused(client, topic_name)
 
 
 def test_https_admin_with_and_without_client_certificate(mtls_broker: AuthTlsStandalone) -> None:

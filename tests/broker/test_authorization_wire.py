@@ -11,7 +11,7 @@ import pulsar
 import pytest
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
-from tests.authz_broker import SUPERUSER, AuthzBroker
+from tests.authz_broker import SUPERUSER, AuthzBroker, running_with_tenants
 from tests.rawclient import RawClient
 
 T = pb.BaseCommand
@@ -19,14 +19,7 @@ T = pb.BaseCommand
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthzBroker]:
-    node = AuthzBroker(tmp_path_factory.mktemp("authz-wire") / "data")
-    node.start()
-    for tenant in ("acme", "globex"):
-        info = {"adminRoles": [f"{tenant}-admin"], "allowedClusters": ["standalone"]}
-        assert node.rest(SUPERUSER, "PUT", f"/admin/v2/tenants/{tenant}", info).status == 204
-        assert node.rest(SUPERUSER, "PUT", f"/admin/v2/namespaces/{tenant}/ns").status == 204
-    yield node
-    assert node.stop() == 0, node.log()
+    yield from running_with_tenants(tmp_path_factory.mktemp("authz-wire") / "data")
 
 
 def _unique(prefix: str = "t") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -40,7 +41,9 @@ def test_no_listeners_means_advertised_address_urls() -> None:
 
 def test_internal_listener_defaults_to_the_first() -> None:
     listeners = parse_listeners(
-        _config(advertisedListeners="in:pulsar://10.0.0.1:6650, out:pulsar://1.2.3.4:30650,out:pulsar+ssl://1.2.3.4:30651")
+        _config(
+            advertisedListeners="in:pulsar://10.0.0.1:6650, out:pulsar://1.2.3.4:30650,out:pulsar+ssl://1.2.3.4:30651"
+        )
     )
     assert listeners.internal_name == "in"
     assert listeners.advertised["out"].broker_service_url == "pulsar://1.2.3.4:30650"
@@ -116,41 +119,38 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ListenerBroker]
     assert node.stop() == 0, node.log()
 
 
-def _lookup(port: int, topic: str, listener: str | None, request_id: int = 1) -> pb.CommandLookupTopicResponse:
-    raw = RawClient(port)
+def lookup_raw(
+    port: int, topic: str, listener: str | None, request_id: int = 1, ssl_context: ssl.SSLContext | None = None
+) -> pb.CommandLookupTopicResponse:
+    """A LOOKUP of ``topic`` for ``listener`` on a fresh raw connection (TLS with ``ssl_context``)."""
+    raw = RawClient(port, ssl_context=ssl_context)
     try:
         raw.connect()
-        cmd = T(type=T.LOOKUP)
-        cmd.lookupTopic.topic = topic
-        cmd.lookupTopic.request_id = request_id
-        if listener is not None:
-            cmd.lookupTopic.advertised_listener_name = listener
-        raw.send(cmd)
-        return raw.recv_until(T.LOOKUP_RESPONSE).lookupTopicResponse
+        return raw.lookup(topic, request_id, listener).lookupTopicResponse
     finally:
         raw.close()
 
 
 def test_lookup_answers_with_the_named_listener(broker: ListenerBroker, topic_name: str) -> None:
     port = broker.node.port
-    external = _lookup(port, topic_name, "external", request_id=7)
+    external = lookup_raw(port, topic_name, "external", request_id=7)
     assert external.request_id == 7 and external.response == pb.CommandLookupTopicResponse.Connect
     assert external.brokerServiceUrl == broker.external_url
-    internal = _lookup(port, topic_name, "internal")
+    internal = lookup_raw(port, topic_name, "internal")
     assert internal.brokerServiceUrl == broker.internal_url
-    assert _lookup(port, topic_name, None).brokerServiceUrl == broker.internal_url
+    assert lookup_raw(port, topic_name, None).brokerServiceUrl == broker.internal_url
 
 
 def test_lookup_with_an_unknown_listener_fails_service_not_ready(broker: ListenerBroker, topic_name: str) -> None:
-    reply = _lookup(broker.node.port, topic_name, "nope", request_id=4)
+    reply = lookup_raw(broker.node.port, topic_name, "nope", request_id=4)
     assert reply.request_id == 4 and reply.response == pb.CommandLookupTopicResponse.Failed
     assert reply.error == pb.ServiceNotReady
     assert reply.message == "the broker do not have nope listener"
 
 
 def test_bind_address_socket_defaults_to_its_listener(broker: ListenerBroker, topic_name: str) -> None:
-    assert _lookup(broker.external_port, topic_name, None).brokerServiceUrl == broker.external_url
-    assert _lookup(broker.external_port, topic_name, "internal").brokerServiceUrl == broker.internal_url
+    assert lookup_raw(broker.external_port, topic_name, None).brokerServiceUrl == broker.external_url
+    assert lookup_raw(broker.external_port, topic_name, "internal").brokerServiceUrl == broker.internal_url
 
 
 def test_partitioned_metadata_ignores_listeners(broker: ListenerBroker, topic_name: str) -> None:

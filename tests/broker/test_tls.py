@@ -19,6 +19,7 @@ import pulsar
 import pytest
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from tests.broker.test_listeners import lookup_raw
 from tests.conftest import StandaloneProcess, free_port
 from tests.rawclient import RawClient
 from tests.tlsutil import CertFiles, Pki, issue, make_ca, make_pki, serial_of
@@ -259,20 +260,6 @@ def test_rotated_certificate_reaches_new_connections(tls_only: TlsStandalone, to
 # ---------------------------------------------------------------------------------------------- listeners
 
 
-def _lookup(port: int, ctx: ssl.SSLContext, topic: str, listener: str | None) -> pb.CommandLookupTopicResponse:
-    raw = RawClient(port, ssl_context=ctx)
-    try:
-        raw.connect()
-        cmd = T(type=T.LOOKUP)
-        cmd.lookupTopic.topic, cmd.lookupTopic.request_id = topic, 1
-        if listener is not None:
-            cmd.lookupTopic.advertised_listener_name = listener
-        raw.send(cmd)
-        return raw.recv_until(T.LOOKUP_RESPONSE).lookupTopicResponse
-    finally:
-        raw.close()
-
-
 def test_tls_advertised_listeners_and_bind_addresses(pki: Pki, tmp_path: Path, topic_name: str) -> None:
     """``pulsar+ssl://`` in advertisedListeners answers lookups; a ``pulsar+ssl://`` bindAddresses socket
     serves TLS and defaults its lookups to its listener."""
@@ -288,9 +275,12 @@ def test_tls_advertised_listeners_and_bind_addresses(pki: Pki, tmp_path: Path, t
     node.start()
     try:
         ctx = node.client_context(with_cert=False)
-        internal = _lookup(node.tls_port, ctx, topic_name, None)
+        internal = lookup_raw(node.tls_port, topic_name, None, ssl_context=ctx)
         assert (internal.brokerServiceUrl, internal.brokerServiceUrlTls) == (node.service_url, node.tls_url)
-        for answer in (_lookup(node.tls_port, ctx, topic_name, "external"), _lookup(external, ctx, topic_name, None)):
+        for answer in (
+            lookup_raw(node.tls_port, topic_name, "external", ssl_context=ctx),
+            lookup_raw(external, topic_name, None, ssl_context=ctx),
+        ):
             assert not answer.HasField("brokerServiceUrl")
             assert answer.brokerServiceUrlTls == f"pulsar+ssl://127.0.0.1:{external}"
         client = pulsar.Client(
