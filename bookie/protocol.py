@@ -86,7 +86,6 @@ HEADER_SIZE = HEADER.size  # 10
 #: Bytes the length field counts besides the body.
 HEADER_REST = HEADER_SIZE - LEN.size  # 6
 ADD_FIXED = struct.Struct(">qqqBH")
-ADD_HEADER = struct.Struct(">IBBIqqqBH")  # frame header + ADD_FIXED in one pack
 READ_REQ = struct.Struct(">qqq")
 LEDGER = struct.Struct(">q")
 FENCE_FIXED = struct.Struct(">qH")
@@ -133,27 +132,11 @@ def _frame(op: int, request_id: int, body: bytes) -> bytes:
 
 
 def encode_add(
-    request_id: int,
-    ledger_id: int,
-    entry_id: int,
-    master_key: bytes,
-    lac: int,
-    data: bytes,
-    recovery: bool = False,
+    request_id: int, ledger_id: int, entry_id: int, master_key: bytes, lac: int, data: bytes, recovery: bool = False
 ) -> bytes:
-    """One ADD request frame (hot path: a single join of header, fixed part, key and data)."""
-    head = ADD_HEADER.pack(
-        HEADER_REST + ADD_FIXED.size + len(master_key) + len(data),
-        PROTOCOL_VERSION,
-        OP_ADD,
-        request_id,
-        ledger_id,
-        entry_id,
-        lac,
-        FLAG_RECOVERY if recovery else 0,
-        len(master_key),
-    )
-    return head + master_key + data
+    """One ADD request frame without the ADD_ACKS flag (as an older client sends it)."""
+    body = encode_add_body(ledger_id, entry_id, master_key, lac, data, recovery, acks=False)
+    return add_header(request_id, len(body)) + body
 
 
 def encode_add_body(

@@ -95,22 +95,22 @@ def own_broker_service_url(config: BrokerConfig, listeners: Listeners, port: int
     """This broker's ``brokerServiceUrl``: the internal listener's, else ``pulsar://<advertised host>:<port>``
     ("" in TLS-only mode: no plaintext port)."""
     internal = listeners.internal
-    if internal is not None and internal.broker_service_url:
-        return internal.broker_service_url
-    if port is None:
-        return ""
-    return f"pulsar://{advertised_host(config)}:{port}"
+    return _own_url(config, internal.broker_service_url if internal is not None else "", "pulsar", port)
 
 
 def own_broker_service_url_tls(config: BrokerConfig, listeners: Listeners, tls_port: int | None) -> str:
     """This broker's ``brokerServiceUrlTls``: the internal listener's ``pulsar+ssl://`` URL, else
     ``pulsar+ssl://<advertised host>:<brokerServicePortTls>`` ("" when there is no TLS port)."""
     internal = listeners.internal
-    if internal is not None and internal.broker_service_url_tls:
-        return internal.broker_service_url_tls
-    if tls_port is None:
+    return _own_url(config, internal.broker_service_url_tls if internal is not None else "", "pulsar+ssl", tls_port)
+
+
+def _own_url(config: BrokerConfig, from_listener: str | None, scheme: str, port: int | None) -> str:
+    if from_listener:
+        return from_listener
+    if port is None:
         return ""
-    return f"pulsar+ssl://{advertised_host(config)}:{tls_port}"
+    return f"{scheme}://{advertised_host(config)}:{port}"
 
 
 def own_web_service_urls(config: BrokerConfig) -> tuple[str, str]:
