@@ -90,7 +90,10 @@ class BrokerService:
         )
         #: Topic-list watchers (WATCH_TOPIC_LIST) of every connection, fed from the metadata store.
         self.topic_lists = TopicListService(store)
-        self._topics: dict[str, asyncio.Future[PersistentTopic]] = {}
+        #: Loaded topics by name; a topic being loaded is in ``_loading`` until its load task finishes
+        #: (the finished task is not kept: it would cost ~0.5 KiB per topic for nothing).
+        self._topics: dict[str, PersistentTopic] = {}
+        self._loading: dict[str, asyncio.Task[PersistentTopic]] = {}
         self._server: asyncio.base_events.Server | None = None  # brokerServicePort (None: TLS only)
         self._tls_server: asyncio.base_events.Server | None = None  # brokerServicePortTls
         #: The TLS listeners' certificate (binary and HTTPS), reloaded as its files rotate; ``None``: no TLS port.
@@ -301,10 +304,8 @@ class BrokerService:
         found: set[str] = set()
         if mode in (Mode.PERSISTENT, Mode.ALL):
             found.update(await self.resources.list_persistent_topics(namespace))
-        for key, fut in self._topics.items():
-            if not _loaded(fut):
-                continue
-            name = fut.result().name
+        for key, topic in self._topics.items():
+            name = topic.name
             if name.namespace == namespace and (mode == Mode.ALL or (mode == Mode.PERSISTENT) == name.persistent):
                 found.add(key)
         return sorted(found)
@@ -316,24 +317,29 @@ class BrokerService:
         ``explicit`` creation (the admin API) does not depend on the auto-creation policy.
         """
         key = str(name)
-        load = self._topics.get(key)
-        if load is None:
-            # One load per topic, in a task of its own: a client that disconnects (cancelling its request)
-            # can neither cancel a load other clients wait for nor leave the managed ledger half-opened.
-            load = asyncio.get_running_loop().create_task(self._load(name, create, explicit), name=f"load {key}")
-            self._topics[key] = load
-            load.add_done_callback(functools.partial(self._load_done, key))
-        topic = await asyncio.shield(load)
+        topic = self._topics.get(key)
+        if topic is None:
+            load = self._loading.get(key)
+            if load is None:
+                # One load per topic, in a task of its own: a client that disconnects (cancelling its request)
+                # can neither cancel a load other clients wait for nor leave the managed ledger half-opened.
+                load = asyncio.get_running_loop().create_task(self._load(name, create, explicit), name=f"load {key}")
+                self._loading[key] = load
+                load.add_done_callback(functools.partial(self._load_done, key))
+            topic = await asyncio.shield(load)
         if topic.closed:
-            if self._topics.get(key) is load:
+            if self._topics.get(key) is topic:
                 del self._topics[key]
             return await self.get_topic(name, create=create, explicit=explicit)
         return topic
 
-    def _load_done(self, key: str, load: asyncio.Future[PersistentTopic]) -> None:
-        """A failed load is forgotten (the next request tries again); its error reached its waiters."""
-        if (load.cancelled() or load.exception() is not None) and self._topics.get(key) is load:
-            del self._topics[key]
+    def _load_done(self, key: str, load: asyncio.Task[PersistentTopic]) -> None:
+        """A loaded topic moves to ``_topics``; a failed load is forgotten (the next request tries
+        again; its error reached its waiters)."""
+        if self._loading.get(key) is load:
+            del self._loading[key]
+            if not load.cancelled() and load.exception() is None:
+                self._topics[key] = load.result()
 
     async def _load(self, name: TopicName, create: bool, explicit: bool = False) -> PersistentTopic:
         if self.namespaces is not None:
@@ -392,10 +398,7 @@ class BrokerService:
 
     # ------------------------------------------------------------------ topic administration
     def loaded_topic(self, name: TopicName) -> PersistentTopic | None:
-        fut = self._topics.get(str(name))
-        if fut is None or not _loaded(fut):
-            return None
-        return fut.result()
+        return self._topics.get(str(name))
 
     async def topic_exists(self, name: TopicName) -> bool:
         return self.loaded_topic(name) is not None or await self.resources.topic_stored(name)
@@ -511,12 +514,11 @@ class BrokerService:
         return Resources._partitioned_path(name)
 
     def loaded_topics(self) -> list[PersistentTopic]:
-        return [f.result() for f in self._topics.values() if _loaded(f)]
+        return list(self._topics.values())
 
     async def unload_topic(self, topic: PersistentTopic) -> None:
         key = str(topic.name)
-        fut = self._topics.get(key)
-        if fut is not None and _loaded(fut) and fut.result() is topic:
+        if self._topics.get(key) is topic:
             del self._topics[key]
         await self.compaction.unloaded(key)
         await topic.close()
@@ -542,7 +544,7 @@ class BrokerService:
             server.close()
         if self.tls is not None:
             await self.tls.close()
-        loading = [load for load in self._topics.values() if not load.done()]
+        loading = [load for load in self._loading.values() if not load.done()]
         for load in loading:
             load.cancel()
         if loading:
@@ -551,14 +553,10 @@ class BrokerService:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(topic.close(), 10)
         self._topics.clear()
+        self._loading.clear()
         for conn in list(self.connections):
             conn.close()
         for server in servers:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)
         await self.tasks.close()
-
-
-def _loaded(load: asyncio.Future[PersistentTopic]) -> bool:
-    """Whether a topic load finished with a topic."""
-    return load.done() and not load.cancelled() and load.exception() is None

@@ -88,6 +88,10 @@ class _PendingAdd:
         self.started = time.monotonic()
 
 
+#: Pending adds of a handle that never had one (shared, read-only: maxlen 0 so nothing can be kept in it).
+_NO_ADDS: collections.deque[_PendingAdd] = collections.deque(maxlen=0)
+
+
 class LedgerWriteHandle(WriteHandle):
     """The single writer of a ledger.
 
@@ -126,7 +130,8 @@ class LedgerWriteHandle(WriteHandle):
         self._lac = lac
         self._length = length
         self._pending_length = length
-        self._pending: collections.deque[_PendingAdd] = collections.deque()
+        # The shared empty _NO_ADDS until the first add: an empty deque costs 760 bytes per idle topic.
+        self._pending: collections.deque[_PendingAdd] = _NO_ADDS
         self._error: LedgerError | None = None
         #: Slots of the current ensemble that failed and wait for a replacement.
         self._failed: set[int] = set()
@@ -207,7 +212,10 @@ class LedgerWriteHandle(WriteHandle):
         self._pending_length = total
         stored = digest.frame(self.ledger_id, eid, total, data)
         op = _PendingAdd(eid, stored, total, self._loop.create_future(), callback)
-        self._pending.append(op)
+        pending = self._pending
+        if pending is _NO_ADDS:
+            pending = self._pending = collections.deque()
+        pending.append(op)
         if self._timer is None:
             self._arm_timer()
         self._send(op)
@@ -483,7 +491,7 @@ class LedgerWriteHandle(WriteHandle):
         """Fail every pending add and all later ones (later adds cannot complete in order)."""
         if self._error is None:
             self._error = err
-        pending, self._pending = self._pending, collections.deque()
+        pending, self._pending = self._pending, _NO_ADDS
         for op in pending:
             if not op.future.done():
                 op.future.set_exception(self._error)
