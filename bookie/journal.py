@@ -121,8 +121,12 @@ class Journal:
         group_max_bytes: int,
         max_wait_s: float = 0.0,
         add_timeout_s: float = 30.0,
+        sync_data: bool = True,
     ) -> None:
         self.directory = Path(directory)
+        #: fdatasync each group before resolving its adds (BookKeeper's journalSyncData). False leaves
+        #: flushing to the OS: adds survive a broker crash but not a power loss or kernel crash.
+        self.sync_data = sync_data
         self.file_size = file_size
         self.group_max_bytes = group_max_bytes
         self.max_wait_s = max_wait_s
@@ -375,7 +379,8 @@ class Journal:
                 while done < total:
                     done += os.pwrite(fd, rest[done:], pos + done)
             pos += total
-        os.fdatasync(fd)
+        if self.sync_data:
+            os.fdatasync(fd)
         self._off = off + n
         self.bytes_written += n
         self.groups_written += 1

@@ -54,6 +54,7 @@ async def start_standalone(node: BrokerNode) -> None:
             ledger_dir=Path(config.ledger_directories) if config.ledger_directories else None,
         )
     )
+    bookie.journal.sync_data = config.journal_sync_data
     await bookie.start()
     node.on_close(bookie.close)
     # Ledgers deleted in metadata whose bookie-side delete was lost: reclaimed by a periodic scan.

@@ -184,3 +184,28 @@ async def test_big_records_are_written_from_their_own_bytes(tmp_path: Path) -> N
     assert [r[2] for r in recs] == list(range(1500))
     assert [r[4] for r in recs] == datas
     assert j.max_group_bytes > 600 * 5000  # a group of over 1200 parts: more than one pwritev
+
+
+async def test_journal_sync_data_false_writes_without_fdatasync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """journalSyncData=false: records are written (and replay) but never fdatasync'ed."""
+    syncs = 0
+    real_fdatasync = os.fdatasync
+
+    def counting(fd: int) -> None:
+        nonlocal syncs
+        syncs += 1
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    j = await start_journal(tmp_path, sync_data=False)
+    futs = [j.append(REC_ADD, 1, i, -1, b"n" * 50) for i in range(200)]
+    await asyncio.wait_for(asyncio.gather(*futs), 10)
+    assert j.groups_written >= 1 and syncs == 0
+    await j.close()
+    assert [r[2] for r in replayed(tmp_path)] == list(range(200))
+    on = await start_journal(tmp_path / "on")
+    await asyncio.wait_for(on.append(REC_ADD, 1, 0, -1, b"s"), 10)
+    assert syncs >= 1  # the default still syncs
+    await on.close()
