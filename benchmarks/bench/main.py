@@ -68,6 +68,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pulsar-lite-bin", help="path of the pulsar-lite binary (default: from the package)")
     ap.add_argument("--magnetar-cmd", help="command starting magnetar (default: 'magnetar' on PATH)")
     ap.add_argument("--magnetar-args", default="", help="extra arguments for 'magnetar standalone'")
+    ap.add_argument(
+        "--magnetar-no-fsync",
+        action="store_true",
+        help="run magnetar with journalSyncData=false (no fdatasync per group commit), for a like-for-like "
+        "CPU comparison with pulsar-lite, which does not fsync; durability is then not Pulsar's",
+    )
     return ap.parse_args(argv)
 
 
@@ -193,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         brokers = []
         for n in names:
             if n == "magnetar":
-                brokers.append(MagnetarBroker(workdir / "magnetar", args.magnetar_cmd, args.magnetar_args))
+                brokers.append(
+                    MagnetarBroker(
+                        workdir / "magnetar", args.magnetar_cmd, args.magnetar_args, not args.magnetar_no_fsync
+                    )
+                )
             else:
                 brokers.append(PulsarLiteBroker(workdir / "pulsar-lite", args.pulsar_lite_bin))
 
