@@ -213,6 +213,12 @@ class LedgerWriter:
         self._issued_entries += 1
         self._issued_bytes += len(data)
         cfg = self._config
+        if self._issued_entries == 1 and self._rollover_timer is None:
+            # Rolls over max_ledger_rollover_seconds after the ledger's creation (Pulsar's rule: only
+            # a ledger with entries rolls over on time).
+            self._rollover_timer = self._loop.call_at(
+                self._current_created + max(cfg.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
+            )
         if (
             self._issued_entries >= cfg.max_entries_per_ledger or self._issued_bytes >= cfg.max_size_per_ledger_bytes
         ) and self._loop.time() - self._current_created >= cfg.min_ledger_rollover_seconds:
@@ -345,11 +351,10 @@ class LedgerWriter:
         self._handle = handle
         self._issued_entries = 0
         self._issued_bytes = 0
+        # The time-based rollover timer is armed by the ledger's first add: an idle topic holds none.
         if self._rollover_timer is not None:
             self._rollover_timer.cancel()
-        self._rollover_timer = self._loop.call_later(
-            max(self._config.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
-        )
+            self._rollover_timer = None
 
     def _on_rollover_timer(self) -> None:
         self._rollover_timer = None
@@ -357,10 +362,6 @@ class LedgerWriter:
             return
         if self._issued_entries > 0:
             self._start_rollover()
-        else:  # nothing written yet: check again later
-            self._rollover_timer = self._loop.call_later(
-                max(self._config.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
-            )
 
     def _start_rollover(self) -> None:
         if self._rolling or not self._host.writable:
