@@ -54,7 +54,8 @@ class Deduplication:
         #: Producer name -> when (monotonic) its last producer disconnected; absent while connected.
         self._inactive_since: dict[str, float] = {}
         #: Names written to the snapshot cursor's properties (to remove the ones no longer kept).
-        self._snapshotted: set[str] = set()
+        # A frozenset until deduplication is enabled: most topics never enable it (216 bytes each).
+        self._snapshotted: set[str] | frozenset[str] = frozenset()
 
     async def enable(self) -> None:
         """Turn deduplication on: recover the snapshot and replay what was written after it."""
