@@ -7,6 +7,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import Any
 
@@ -392,7 +393,7 @@ class LedgerWriteHandle(WriteHandle):
             if self._error is None:
                 self._complete_in_order()
 
-    async def _replace_bookies(self, failed: set[int]) -> dict[int, str]:
+    async def _replace_bookies(self, failed: AbstractSet[int]) -> dict[int, str]:
         """Pick replacements for ``failed`` slots and CAS the new fragment into the metadata."""
         ctx = self.ctx
         timeout = ctx.config.bookie_op_timeout_s

@@ -175,15 +175,23 @@ async def test_a_stalled_group_fails_its_waiters_once(tmp_path: Path, monkeypatc
 async def test_big_records_are_written_from_their_own_bytes(tmp_path: Path) -> None:
     """Records of batches (>= 4 KiB) go out by pwritev from their own bytes, mixed with small ones and
     in groups of more parts than one pwritev takes; replay returns every record intact, in order."""
-    j = await start_journal(tmp_path, file_size=16 << 20, group_max_bytes=8 << 20)
     datas = [bytes([i % 251]) * (5000 if i % 3 else 10) for i in range(1500)]
-    futs = [j.append(REC_ADD, 3, i, i - 1, d) for i, d in enumerate(datas)]
-    await asyncio.wait_for(asyncio.gather(*futs), 20)
-    await j.close()
-    recs = replayed(tmp_path)
-    assert [r[2] for r in recs] == list(range(1500))
-    assert [r[4] for r in recs] == datas
-    assert j.max_group_bytes > 600 * 5000  # a group of over 1200 parts: more than one pwritev
+    biggest = 0
+    # How the writer thread cuts groups depends on scheduling: a loaded machine may split the burst, so
+    # try a few times for a group of over 1200 parts (more than one pwritev); every attempt must replay intact.
+    for attempt in range(5):
+        where = tmp_path / str(attempt)
+        j = await start_journal(where, file_size=16 << 20, group_max_bytes=8 << 20)
+        futs = [j.append(REC_ADD, 3, i, i - 1, d) for i, d in enumerate(datas)]
+        await asyncio.wait_for(asyncio.gather(*futs), 20)
+        await j.close()
+        recs = replayed(where)
+        assert [r[2] for r in recs] == list(range(1500))
+        assert [r[4] for r in recs] == datas
+        biggest = max(biggest, j.max_group_bytes)
+        if biggest > 600 * 5000:
+            break
+    assert biggest > 600 * 5000
 
 
 async def test_journal_sync_data_false_writes_without_fdatasync(
