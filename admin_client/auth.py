@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from magnetar.broker.tls import TlsConfigError, client_context
+
 TOKEN, BASIC, TLS = "token", "basic", "tls"
 
 _PACKAGE = "org.apache.pulsar.client.impl.auth."
@@ -253,19 +255,17 @@ class ClientSecurity:
 
     def ssl_context(self) -> ssl.SSLContext:
         """For ``https`` admin URLs: the trusted CAs, the insecure/hostname switches and a client certificate."""
-        ctx = ssl.create_default_context(cafile=self.tls.trust_certs_file)
-        if self.tls.allow_insecure:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        else:
-            ctx.check_hostname = self.tls.hostname_verification
-        creds = self.credentials
-        if creds is not None and creds.method == TLS:
-            try:
-                ctx.load_cert_chain(str(creds.cert_file), str(creds.key_file))
-            except (OSError, ssl.SSLError) as exc:
-                raise AuthConfigError(f"cannot load the client certificate {creds.cert_file}: {exc}") from None
-        return ctx
+        creds = self.credentials or Credentials(TLS)  # only TLS credentials carry a certificate
+        try:
+            return client_context(
+                self.tls.trust_certs_file or "",
+                creds.cert_file or "",
+                creds.key_file or "",
+                allow_insecure=self.tls.allow_insecure,
+                verify_hostname=self.tls.hostname_verification,
+            )
+        except TlsConfigError as exc:
+            raise AuthConfigError(str(exc)) from None
 
 
 def security_from_conf(conf: Mapping[str, str]) -> ClientSecurity:
