@@ -11,8 +11,6 @@ operator's token.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import json
 import ssl
@@ -21,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from magnetar.broker.auth.jwt_tokens import decode_unverified
 from magnetar.operator.clusterspec import MagnetarClusterSpec
 from magnetar.operator.config import OperatorConfig
 from magnetar.operator.kube import KubeClient, KubeError, secret_key
@@ -153,12 +152,9 @@ async def check_secrets(
 
 def token_subject(token: str) -> str | None:
     """The ``sub`` claim of a JWT, read without verifying it (only to warn about a misconfiguration)."""
-    parts = token.strip().split(".")
-    if len(parts) != 3:
-        return None
     try:
-        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (binascii.Error, ValueError):
+        payload = json.loads(decode_unverified(token)[1])
+    except ValueError:  # not a JWT, bad base64 (binascii.Error), not UTF-8 or not JSON
         return None
     sub = payload.get("sub") if isinstance(payload, dict) else None
     return sub if isinstance(sub, str) else None
