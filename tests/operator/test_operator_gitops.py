@@ -27,7 +27,7 @@ import yaml
 
 from tests.conftest import StandaloneProcess, _quiet_logger
 from tests.operator.kubeemu import EmulatorThread, ResourceType
-from tests.operator.test_operator_loop import KUBECTL, ROOT, Cluster
+from tests.operator.test_operator_loop import KUBECTL, ROOT, Cluster, start_operator, stop_operator
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
 
@@ -56,11 +56,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         cluster.kubectl("apply", "-f", str(ROOT / "crds"))
         cluster.stand_in_magnetar_cluster()
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],
-                env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+        proc = start_operator(env, log)
         cluster.proc = proc  # type: ignore[attr-defined]  (the uninstall test stops it)
         ns = _res("TopicNamespace", "apps", {"tenant": "gitops", "name": "apps"})
         apply(cluster, _res("Tenant", "gitops", {}), ns)
@@ -68,12 +64,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield cluster
     finally:
         if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_operator(proc)
         emu.stop()
         broker.stop()
 

@@ -131,6 +131,25 @@ class Cluster:
             return ""
 
 
+def start_operator(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``magnetar operator --standalone`` (no liveness server) with ``env``, its output in ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", "", *args],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def stop_operator(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 15 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("operator")
@@ -151,20 +170,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # CRDs first, through the API: kopf discovers resources once, at start.
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
     cluster.stand_in_magnetar_cluster()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", ""],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    proc = start_operator(env, log)
     try:
         yield cluster
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_operator(proc)
         emu.stop()
         broker.stop()
 

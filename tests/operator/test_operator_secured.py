@@ -10,9 +10,7 @@ import asyncio
 import base64
 import json
 import os
-import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from tests.operator.kubeemu import EmulatorThread
-from tests.operator.test_operator_loop import KUBECTL, NS, ROOT, Cluster
+from tests.operator.test_operator_loop import KUBECTL, NS, ROOT, Cluster, start_operator, stop_operator
 from tests.operator.test_secured_admin import TOKEN, SecuredAdmin, _pem
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
@@ -112,21 +110,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
         cluster.kubectl("patch", "magnetarcluster", "secure", "--subresource=status", "--type=merge", "-p", ready)
         tls = {"tls.crt": "unused", "tls.key": "unused", "ca.crt": _pem(admin.server.ca)}
         cluster.kubectl("apply", "-f", "-", input=_secret("secure-tls", tls, "kubernetes.io/tls"))
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "magnetar.cli.main", "operator", "--standalone", "--liveness", "",
-                 f"--cluster-tls-url-template={admin.server.url}"],
-                env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+        proc = start_operator(env, log, f"--cluster-tls-url-template={admin.server.url}")
         yield cluster, admin.server
     finally:
         if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_operator(proc)
         emu.stop()
         admin.stop()
 
