@@ -100,10 +100,6 @@ SECRET = b"cli-test-secret-key-of-32-bytes!!!"
 
 @pytest.fixture(scope="module")
 def token_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    from magnetar.broker.config import BrokerConfig
-
-    if "token_secret_key" not in BrokerConfig.__dataclass_fields__:
-        pytest.skip("the broker has no token authentication yet (tokenSecretKey)")
     node = StandaloneProcess(
         tmp_path_factory.mktemp("cli-token") / "data",
         {

@@ -1,8 +1,7 @@
 """The settings a secured MagnetarCluster renders, run for real: a ``magnetar standalone`` started with the
 TLS part, or the authentication/authorization part, of the rendered broker.conf (files where the projected
 volumes would put them), and the operator's engine reaching it through a ``clusterRef``: over HTTPS trusting
-the TLS Secret's ca.crt, with the operator token. The authentication tests are skipped where the broker has
-no token authentication yet.
+the TLS Secret's ca.crt, with the operator token.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ class SecuredBroker:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]:
-    pytest.importorskip("magnetar.broker.auth.jwt_tokens", reason="the broker has no token authentication yet")
     base = tmp_path_factory.mktemp("secured-standalone")
     auth_dir = base / "auth"  # stands in for the projected volume at AUTH_DIR
     auth_dir.mkdir()
@@ -181,7 +179,6 @@ async def test_full_security_settings_run_a_broker_the_operator_manages(tmp_path
     """Everything spec.security renders for brokers at once (TLS-only, token authentication, authorization,
     broker client token): the engine manages the broker over HTTPS with the operator token; the probe path
     answers without credentials."""
-    pytest.importorskip("magnetar.broker.auth.jwt_tokens", reason="the broker has no token authentication yet")
     pki = make_pki(tmp_path / "pki")
     tls_dir, auth_dir = tmp_path / "tls", tmp_path / "auth"
     tls_dir.mkdir()

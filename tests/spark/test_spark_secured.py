@@ -110,12 +110,6 @@ def test_client_certificate_through_authentication_tls(
 
 
 # ---------------------------------------------------------------------------------------------- token auth
-def _broker_has_token_auth() -> bool:
-    from magnetar.broker.config import BrokerConfig
-
-    return "token_secret_key" in BrokerConfig.__dataclass_fields__
-
-
 TOKEN_CLASS = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
 SECRET = b"spark-test-secret-key-of-32-bytes!!"
 
@@ -128,8 +122,6 @@ def _token(subject: str, key: bytes = SECRET) -> str:
 
 @pytest.fixture(scope="module")
 def token_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    if not _broker_has_token_auth():
-        pytest.skip("the broker has no token authentication yet (tokenSecretKey)")
     node = StandaloneProcess(
         tmp_path_factory.mktemp("spark-token") / "data",
         {
