@@ -144,12 +144,6 @@ def encode_command(command: pb.BaseCommand) -> bytes:
     return _U32X2.pack(len(body) + 4, len(body)) + body
 
 
-def encode_command_with_entry(command: pb.BaseCommand, entry: bytes) -> tuple[bytes, bytes]:
-    """Header of a frame carrying ``command`` then ``entry``; returned as parts for a vectored write."""
-    body = command.SerializeToString()
-    return _U32X2.pack(len(body) + 4 + len(entry), len(body)) + body, entry
-
-
 def build_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
     """Entry bytes (with checksum) for ``metadata`` and ``payload``: used by tests and tools."""
     meta = metadata.SerializeToString()
