@@ -272,6 +272,7 @@ class NonPersistentTopic:
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.last_active = time.monotonic()  # as PersistentTopic: inactivity counts from here
 
     def disconnect_producers(self) -> None:
         for producer in list(self.producers.values()):
@@ -287,7 +288,6 @@ class NonPersistentTopic:
         self.entries_added += 1
         producer.meter.add(num_messages, len(data))
         self.meter_in.add(num_messages, len(data))
-        self.last_active = time.monotonic()
         slot = producer.enqueue(sequence_id, highest_sequence_id)
         producer.complete(slot, position)
         entry = Entry(position, data)

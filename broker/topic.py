@@ -198,6 +198,9 @@ class PersistentTopic:
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            # Inactivity counts from here (as Pulsar's handleProducerRemoved), not from each publish:
+            # while a producer is attached the topic is active anyway, and the hot path reads no clock.
+            self.last_active = time.monotonic()
             if self.dedup.enabled:
                 self.dedup.producer_disconnected(producer.name)
         if self.exclusive_producer is producer:
@@ -233,7 +236,6 @@ class PersistentTopic:
                 return
         producer.meter.add(num_messages, len(data))
         self.meter_in.add(num_messages, len(data))
-        self.last_active = time.monotonic()
         # No task per publish: the managed ledger calls back once the entry is durable (or failed).
         self.ledger.add_entry_async(data, partial(self._persisted, producer, slot))
 

@@ -239,6 +239,34 @@ def test_inactive_topics_are_deleted(node: StandaloneProcess, pclient: pulsar.Cl
     assert _until(lambda: topic not in call("GET", listing).json, timeout=15)
 
 
+def test_inactivity_counts_from_the_last_producer_leaving(
+    node: StandaloneProcess, pclient: pulsar.Client, namespace: str
+) -> None:
+    _policy(
+        node,
+        namespace,
+        "inactiveTopicPolicies",
+        {
+            "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+            "maxInactiveDurationSeconds": 2,
+            "deleteWhileInactive": True,
+        },
+    )
+    topic = f"persistent://{namespace}/busy-then-idle"
+    producer = pclient.create_producer(topic)
+    for _ in range(30):  # attached (and publishing) for longer than the inactivity limit
+        producer.send(b"x")
+        time.sleep(0.1)
+    producer.close()
+    left = time.monotonic()
+    listing = f"{node.http_url}/admin/v2/persistent/{namespace}"
+    # Inactive only from the producer's departure: not deleted at the next check (every 0.5 s).
+    while time.monotonic() - left < 1.2:
+        assert topic in call("GET", listing).json
+        time.sleep(0.1)
+    assert _until(lambda: topic not in call("GET", listing).json, timeout=15)
+
+
 def test_policy_change_applies_without_restart(node: StandaloneProcess, pclient: pulsar.Client, namespace: str) -> None:
     topic = f"persistent://{namespace}/live"
     producer = pclient.create_producer(topic)
