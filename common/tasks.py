@@ -17,9 +17,6 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-#: spawn_batched sweeps its list when it reaches twice the tasks still running then, and at least this many.
-_SWEEP_MIN = 64
-
 
 class TaskSet:
     """The background tasks of one owner (a connection, topic, dispatcher, managed ledger...).
@@ -29,7 +26,7 @@ class TaskSet:
     Callers that care about a task's outcome can still await the task :meth:`spawn` returns.
     """
 
-    __slots__ = ("_batch", "_closed", "_expected", "_log", "_sweep_at", "_tasks", "name")
+    __slots__ = ("_closed", "_expected", "_log", "_tasks", "name")
 
     def __init__(
         self,
@@ -44,14 +41,11 @@ class TaskSet:
         # Made on the first spawn and dropped when empty again: most sets (one per topic, ledger,
         # dispatcher...) are empty most of the time, and an empty set costs 216 bytes.
         self._tasks: set[asyncio.Task[Any]] | None = None
-        #: Tasks of :meth:`spawn_batched`, finished ones included until the next sweep.
-        self._batch: list[asyncio.Task[Any]] = []
-        self._sweep_at = _SWEEP_MIN
         self._closed = False
 
     def __len__(self) -> int:
         """Tasks still running."""
-        return len(self._tasks or ()) + sum(1 for t in self._batch if not t.done())
+        return len(self._tasks or ())
 
     @property
     def closed(self) -> bool:
@@ -73,31 +67,6 @@ class TaskSet:
         self._tasks.add(task)
         task.add_done_callback(self._done)
         return task
-
-    def spawn_batched(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """:meth:`spawn` for hot paths (a task per published entry): kept and cancelled alike, but
-        finished tasks are dropped (a failure logged) in sweeps over the list instead of by a
-        callback each, which would cost about as much as creating the task. A failure is logged
-        at the next sweep or at :meth:`close`, not at once."""
-        task = asyncio.get_running_loop().create_task(coro)
-        if self._closed:
-            task.cancel()
-            return task
-        batch = self._batch
-        batch.append(task)
-        if len(batch) >= self._sweep_at:
-            self._sweep()
-        return task
-
-    def _sweep(self) -> None:
-        live = []
-        for task in self._batch:
-            if task.done():
-                self._report(task)
-            else:
-                live.append(task)
-        self._batch = live
-        self._sweep_at = max(_SWEEP_MIN, 2 * len(live))
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         if self._tasks is not None:
@@ -121,7 +90,7 @@ class TaskSet:
         """Cancel every task now and refuse new ones (for owners that close synchronously)."""
         self._closed = True
         current = _current_task()
-        for task in (*(self._tasks or ()), *self._batch):
+        for task in tuple(self._tasks or ()):
             if task is not current:  # a task of this set may be closing its owner
                 task.cancel()
 
@@ -129,11 +98,10 @@ class TaskSet:
         """Cancel every task and wait up to ``grace`` seconds for them to finish."""
         self.cancel()
         current = _current_task()
-        pending = [t for t in (*(self._tasks or ()), *self._batch) if not t.done() and t is not current]
+        pending = [t for t in self._tasks or () if not t.done() and t is not current]
         still: set[asyncio.Task[Any]] = set()
         if pending:
             _, still = await asyncio.wait(pending, timeout=grace)
-        self._sweep()  # report what failed since the last sweep
         if still:
             self._log.warning(
                 "%s: %d task(s) still running %.1fs after cancel: %s",
