@@ -49,12 +49,13 @@ class LedgerCache:
 
     def insert(self, pos: Position, data: bytes) -> None:
         """Cache a just-added entry (positions must arrive in increasing order)."""
-        if pos in self._entries:
+        entries = self._entries
+        if pos in entries:
             return
-        self._entries[pos] = data
-        n = len(data) + self._manager.entry_overhead
-        self.size += n
+        entries[pos] = data
         m = self._manager
+        n = len(data) + m.entry_overhead
+        self.size += n
         m.size += n
         if m.size > m.max_bytes:
             m.evict()
