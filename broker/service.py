@@ -342,14 +342,14 @@ class BrokerService:
                 self._topics[key] = load.result()
 
     async def _load(self, name: TopicName, create: bool, explicit: bool = False) -> PersistentTopic:
-        if self.namespaces is not None:
-            await self.check_namespace(name)
-            await self.namespaces.check_owned(name)
-        elif self.config.metadata_store_url:  # a cluster broker serves nothing before it joined
+        # A cluster broker serves nothing before it joined.
+        if self.namespaces is None and self.config.metadata_store_url:
             raise BrokerError("The broker is starting", pb.ServiceNotReady)
+        await self.check_namespace(name)  # once per load, before ownership (an unknown namespace is not owned)
+        if self.namespaces is not None:
+            await self.namespaces.check_owned(name)
         if not name.persistent:
             return await self._load_non_persistent(name, create, explicit)  # type: ignore[return-value]
-        await self.check_namespace(name)
         if name.partition_index < 0 and await self.resources.get_partitions(name) > 0:
             raise TopicNotFoundError(f"{name} is a partitioned topic: use its partitions")
         eff = await self.policies.effective(name)
@@ -370,8 +370,8 @@ class BrokerService:
         return topic
 
     async def _load_non_persistent(self, name: TopicName, create: bool, explicit: bool) -> NonPersistentTopic:
-        """A non-persistent topic exists while it is loaded; creating it follows auto-creation rules."""
-        await self.check_namespace(name)
+        """A non-persistent topic exists while it is loaded; creating it follows auto-creation rules
+        (its namespace was checked by :meth:`_load`)."""
         eff = await self.policies.effective(name)
         if not create or not (explicit or eff.allow_auto_topic_creation):
             raise TopicNotFoundError(f"Topic {name} does not exist")
