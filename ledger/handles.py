@@ -74,14 +74,15 @@ class _PendingAdd:
         entry_id: int,
         stored: bytes,
         total_length: int,
-        future: asyncio.Future[int],
+        future: asyncio.Future[int] | None,
         callback: AppendCallback | None,
     ) -> None:
         self.entry_id = entry_id
         self.stored = stored
         self.total_length = total_length
+        #: Exactly one of the two is set: the future of :meth:`append_nowait`, or the callback of
+        #: :meth:`append_async` (told directly: no future and no done-callback hop per entry).
         self.future = future
-        #: Told the outcome directly (no done-callback hop through the loop), besides the future.
         self.callback = callback
         self.acks = 0
         self.mask = 0  # bit i: ensemble slot i acknowledged (undone when slot i is replaced)
@@ -133,6 +134,7 @@ class LedgerWriteHandle(WriteHandle):
         self._pending_length = length
         # The shared empty _NO_ADDS until the first add: an empty deque costs 760 bytes per idle topic.
         self._pending: collections.deque[_PendingAdd] = _NO_ADDS
+        self._drained: asyncio.Future[None] | None = None  # made by wait_pending, set when _pending empties
         self._error: LedgerError | None = None
         #: Slots of the current ensemble that failed and wait for a replacement.
         # Empty frozensets until the first bookie failure (an empty set costs 216 bytes per idle topic).
@@ -197,13 +199,15 @@ class LedgerWriteHandle(WriteHandle):
 
     def append_nowait(self, data: bytes) -> asyncio.Future[int]:
         """Start an append; the future gives its entry id once an ack quorum has it (in order)."""
-        return self._start(data, None).future
+        fut: asyncio.Future[int] = self._loop.create_future()
+        self._start(data, fut, None)
+        return fut
 
     def append_async(self, data: bytes, callback: AppendCallback) -> None:
         """Start an append whose outcome goes straight to ``callback`` when it completes (in order)."""
-        self._start(data, callback)
+        self._start(data, None, callback)
 
-    def _start(self, data: bytes, callback: AppendCallback | None) -> _PendingAdd:
+    def _start(self, data: bytes, future: asyncio.Future[int] | None, callback: AppendCallback | None) -> None:
         if self._error is not None:
             raise self._error
         if self._closing:
@@ -213,7 +217,7 @@ class LedgerWriteHandle(WriteHandle):
         total = self._pending_length + len(data)
         self._pending_length = total
         stored = digest.frame(self.ledger_id, eid, total, data)
-        op = _PendingAdd(eid, stored, total, self._loop.create_future(), callback)
+        op = _PendingAdd(eid, stored, total, future, callback)
         pending = self._pending
         if pending is _NO_ADDS:
             pending = self._pending = collections.deque()
@@ -221,7 +225,6 @@ class LedgerWriteHandle(WriteHandle):
         if self._timer is None:
             self._arm_timer()
         self._send(op)
-        return op
 
     def _send(self, op: _PendingAdd) -> None:
         # Hot path: the body of _send_to, inlined (no call per replica).
@@ -306,7 +309,7 @@ class LedgerWriteHandle(WriteHandle):
 
     def _replica_acked(self, op: _PendingAdd, idx: int) -> None:
         """Count replica ``idx``'s ack; complete adds in order once the ack quorum is reached."""
-        if op.acked or op.future.done():
+        if op.acked:
             return
         op.mask |= 1 << idx
         op.acks += 1
@@ -333,10 +336,12 @@ class LedgerWriteHandle(WriteHandle):
             op = pending.popleft()
             self._lac = op.entry_id
             self._length = op.total_length
-            if not op.future.done():
-                op.future.set_result(op.entry_id)
-                if op.callback is not None:
-                    op.callback(op.entry_id, None)
+            if op.callback is not None:
+                op.callback(op.entry_id, None)
+            elif not op.future.done():  # type: ignore[union-attr]  # one of the two is set
+                op.future.set_result(op.entry_id)  # type: ignore[union-attr]
+        if not pending:
+            self._tell_drained()
 
     # ---------------------------------------------------------------- ensemble changes
 
@@ -500,11 +505,18 @@ class LedgerWriteHandle(WriteHandle):
             self._error = err
         pending, self._pending = self._pending, _NO_ADDS
         for op in pending:
-            if not op.future.done():
-                op.future.set_exception(self._error)
-                if op.callback is not None:
-                    op.future.exception()  # its outcome goes to the callback; nobody awaits the future
-                    op.callback(None, self._error)
+            op.acked = True  # late acks of a failed add count for nothing
+            if op.callback is not None:
+                op.callback(None, self._error)
+            elif not op.future.done():  # type: ignore[union-attr]  # one of the two is set
+                op.future.set_exception(self._error)  # type: ignore[union-attr]
+        self._tell_drained()
+
+    def _tell_drained(self) -> None:
+        """No add is pending any more: wake :meth:`wait_pending`."""
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
 
     def _arm_timer(self) -> None:
         period = max(0.05, min(1.0, self.ctx.config.add_timeout_s / 4))
@@ -546,10 +558,11 @@ class LedgerWriteHandle(WriteHandle):
     async def wait_pending(self) -> None:
         """Wait (bounded by the add timeout) until no add is in flight."""
         if self._pending:
-            # asyncio.wait, not gather: a cancelled close must not cancel the adds' own futures
-            # (their callers would see a cancellation instead of an answer).
-            futs = {op.future for op in self._pending}
-            _, not_done = await asyncio.wait(futs, timeout=self.ctx.config.add_timeout_s + 1)
+            # Adds complete in order (or all fail together): the queue drained means every add answered.
+            # asyncio.wait, not wait_for: a cancelled close must not cancel the shared waiter.
+            if self._drained is None:
+                self._drained = self._loop.create_future()
+            _, not_done = await asyncio.wait({self._drained}, timeout=self.ctx.config.add_timeout_s + 1)
             if not_done:
                 self._fail(LedgerError(f"adds to ledger {self.ledger_id} timed out"))
 
