@@ -6,8 +6,10 @@ Everything here is blocking and runs on the bookie's single checkpoint thread (`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 from .api import BookieError
@@ -16,6 +18,24 @@ from .index import Block, Checkpoint, LedgerIndex, LedgerState
 from .journal import JournalPosition
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _all_or_nothing(writer: EntryLogWriter) -> Iterator[None]:
+    """Write a batch to the entry log and sync it, or on any failure drop all of it (the writer
+    starts a new log): nothing of a failed batch may be indexed."""
+    if writer.failed:
+        writer.abandon()  # an earlier failure could not start a new log yet
+    try:
+        yield
+        writer.sync()
+    except BaseException:
+        try:
+            writer.abandon()
+        except OSError as e:
+            log.error("entry log writer cannot start a new log yet: %r", e)
+        raise
+
 
 #: A gap of more than this many entry ids between two entries of a ledger starts a new index run.
 _MAX_RUN_GAP = 16
@@ -68,12 +88,10 @@ class LedgerStorage:
         keeps the data in its write cache and the journal).
         """
         writer = self.writer
-        if writer.failed:
-            writer.abandon()  # an earlier failure could not start a new log yet
         self.index.apply_deletes(deleted)
         blocks: list[Block] = []
         members: list[tuple[int, int]] = []
-        try:
+        with _all_or_nothing(writer):
             for lid in sorted(snapshot):
                 entries = snapshot[lid]
                 if not entries:
@@ -88,13 +106,6 @@ class LedgerStorage:
                     blocks.append(Block(lid, first, locs, array("I", map(len, datas)), array("I", crcs)))
                 else:
                     blocks.extend(_runs(lid, eids, locs, datas, crcs))
-            writer.sync()
-        except BaseException:
-            try:
-                writer.abandon()
-            except OSError as e:
-                log.error("entry log writer cannot start a new log yet: %r", e)
-            raise
         index = self.index
         for b in blocks:
             index.add_block(b)
@@ -139,12 +150,10 @@ class LedgerStorage:
                 candidates.append(log_id)
         if not candidates:
             return []
-        if writer.failed:
-            writer.abandon()
         blocks: list[Block] = []
         members_out: list[tuple[int, int]] = []
         copied = 0
-        try:
+        with _all_or_nothing(writer):
             for log_id in candidates:
                 for lid, items in index.entries_in_log(log_id).items():
                     datas = self.reader.read_many([(lg, off, n, crc) for _, lg, off, n, crc in items])
@@ -153,13 +162,6 @@ class LedgerStorage:
                     members_out.extend((lg, lid) for lg in logs)
                     blocks.extend(_runs(lid, eids, locs, datas, crcs))
                     copied += len(eids)
-            writer.sync()
-        except BaseException:
-            try:
-                writer.abandon()
-            except OSError as e:
-                log.error("entry log writer cannot start a new log yet: %r", e)
-            raise
         index.persist(Checkpoint(index.mark, [], {}, blocks, members_out, candidates))
         for b in blocks:
             index.add_block(b)
