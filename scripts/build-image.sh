@@ -8,8 +8,8 @@
 #
 #   scripts/build-image.sh            # -> localhost/magnetar:<hash>
 #
-# Environment: MAGNETAR_IMAGE_REPO (default localhost/magnetar), PODMAN (default podman with the
-# options this sandbox needs: runc, cgroupfs; CONTAINERS_CONF pointing at default_ulimits = []).
+# Environment: MAGNETAR_IMAGE_REPO (default localhost/magnetar), MAGNETAR_BASE_REPO, and PODMAN /
+# CONTAINERS_CONF as scripts/podman-lib.sh describes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,35 +19,13 @@ base_repo=${MAGNETAR_BASE_REPO:-localhost/magnetar-base}
 # the HEALTHCHECK runs; ca-certificates lets pip reach PyPI during the build.
 base_packages="python3,python3-pip,python-is-python3,passwd,ca-certificates"
 
-if [ -z "${CONTAINERS_CONF:-}" ]; then
-  conf_dir=${XDG_RUNTIME_DIR:-/tmp}/magnetar-podman
-  mkdir -p "$conf_dir"
-  # Raising RLIMIT_NOFILE/NPROC is not permitted in some sandboxes: keep the caller's limits.
-  printf '[containers]\ndefault_ulimits = []\n' >"$conf_dir/containers.conf"
-  export CONTAINERS_CONF=$conf_dir/containers.conf
-fi
-read -r -a podman <<<"${PODMAN:-podman --runtime runc --cgroup-manager=cgroupfs}"
-
-log() { echo "build-image: $*" >&2; }
+# shellcheck source=scripts/podman-lib.sh
+source scripts/podman-lib.sh
 
 # ---- base image -------------------------------------------------------------------------------
 base_hash=$(printf '%s\n' "bookworm" "$base_packages" "pep668-off" | sha256sum | cut -c1-16)
 base="$base_repo:$base_hash"
-if ! "${podman[@]}" image exists "$base"; then
-  log "building $base with mmdebstrap"
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  start=$(date +%s)
-  # Debian marks its Python "externally managed" (PEP 668); this image is a container base whose
-  # Python belongs to the image, so pip may install into it as the official python images allow.
-  # shellcheck disable=SC2016  # "$1" is expanded by mmdebstrap (the chroot), not by this shell
-  mmdebstrap --quiet --variant=minbase --include="$base_packages" \
-    --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
-    --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \
-    bookworm "$work/base.tar" >&2
-  "${podman[@]}" import --change 'CMD ["python3"]' "$work/base.tar" "$base" >/dev/null
-  log "base built in $(($(date +%s) - start)) s"
-fi
+build_base "$base" "$base_packages" --change 'CMD ["python3"]'
 
 # ---- project image ----------------------------------------------------------------------------
 # The build context is what .dockerignore lets in: pyproject.toml, README.md and the packages.

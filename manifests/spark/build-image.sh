@@ -5,34 +5,18 @@
 #
 #   manifests/spark/build-image.sh        # -> localhost/magnetar-spark:<hash>
 #
-# Environment: MAGNETAR_SPARK_IMAGE_REPO (default localhost/magnetar-spark); PODMAN (default podman with the
-# options this sandbox needs: runc, cgroupfs; CONTAINERS_CONF pointing at default_ulimits = []).
+# Environment: MAGNETAR_SPARK_IMAGE_REPO (default localhost/magnetar-spark); PODMAN / CONTAINERS_CONF as
+# scripts/podman-lib.sh describes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 repo=${MAGNETAR_SPARK_IMAGE_REPO:-localhost/magnetar-spark}
 packages="python3,python3-pip,passwd,ca-certificates,openjdk-17-jre-headless,tini,procps"
-if [ -z "${CONTAINERS_CONF:-}" ]; then
-  conf_dir=${XDG_RUNTIME_DIR:-/tmp}/magnetar-podman
-  mkdir -p "$conf_dir"
-  printf '[containers]\ndefault_ulimits = []\n' >"$conf_dir/containers.conf"
-  export CONTAINERS_CONF=$conf_dir/containers.conf
-fi
-read -r -a podman <<<"${PODMAN:-podman --runtime runc --cgroup-manager=cgroupfs}"
-log() { echo "build-image: $*" >&2; }
+# shellcheck source=scripts/podman-lib.sh
+source scripts/podman-lib.sh
 
 base="$repo-base:$(printf '%s\n' bookworm "$packages" | sha256sum | cut -c1-16)"
-if ! "${podman[@]}" image exists "$base"; then
-  log "building $base with mmdebstrap"
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  # The image's Python belongs to the image: let pip install into it (PEP 668 marker removed).
-  mmdebstrap --quiet --variant=minbase --include="$packages" \
-    --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
-    --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \
-    bookworm "$work/base.tar" >&2
-  "${podman[@]}" import "$work/base.tar" "$base" >/dev/null
-fi
+build_base "$base" "$packages"
 
 ignore=manifests/spark/Dockerfile.dockerignore
 image="$repo:$( {
