@@ -277,3 +277,17 @@ async def test_append_async_tells_each_outcome_once_in_order(cluster: Cluster) -
     await asyncio.sleep(0.05)
     assert len(failed) == 3 and all(eid is None and isinstance(exc, LedgerError) for eid, exc in failed)
     await h.close()
+
+
+async def test_a_cancelled_append_does_not_stall_the_adds_behind_it(cluster: Cluster) -> None:
+    """A caller giving up on its append (cancelling the future) must not hold back the entries after it:
+    they are confirmed in order as their acks arrive, well before the add timeout."""
+    client, _ = cluster.client(faulty=True)
+    h = await client.create_ledger(STRIPED)
+    first = h.append_nowait(data(0))
+    first.cancel()
+    rest = [h.append_nowait(data(i)) for i in range(1, 6)]
+    async with asyncio.timeout(5):
+        ids = await asyncio.gather(*rest)
+    assert ids == [1, 2, 3, 4, 5]
+    await h.close()
