@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gc
+import sys
+import threading
+import time
 
-from magnetar.cli.process import GC_THRESHOLDS, run_event_loop
+from magnetar.cli.process import GC_THRESHOLDS, SWITCH_INTERVAL_S, run_event_loop
 
 
 def test_event_loop_runs_with_the_server_gc_thresholds() -> None:
@@ -19,3 +22,51 @@ def test_event_loop_runs_with_the_server_gc_thresholds() -> None:
         assert GC_THRESHOLDS[2] >= 100 * 10  # full collections at most a hundredth as often as the default
     finally:
         gc.set_threshold(*before)
+
+
+def test_event_loop_runs_with_a_short_gil_switch_interval() -> None:
+    """The journal writer and checkpoint threads need the GIL back while the loop is busy."""
+    before = sys.getswitchinterval()
+
+    async def main() -> float:
+        return sys.getswitchinterval()
+
+    try:
+        assert run_event_loop(main()) == SWITCH_INTERVAL_S
+        assert SWITCH_INTERVAL_S <= 0.001
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_a_thread_back_from_a_syscall_waits_little_for_a_busy_loop() -> None:
+    """A thread returning from a blocking call (the journal's fdatasync) gets the GIL within about
+    the switch interval while the event loop runs Python code; at Python's default that is ~5 ms a
+    time, three times per journal group commit."""
+    before = sys.getswitchinterval()
+    waits: list[float] = []
+
+    def syscall_thread(stop: threading.Event) -> None:
+        for _ in range(40):  # bounded
+            if stop.is_set():
+                break
+            t = time.perf_counter()
+            time.sleep(0.001)  # releases the GIL like os.fdatasync
+            waits.append(time.perf_counter() - t - 0.001)
+
+    async def main() -> None:
+        stop = threading.Event()
+        th = threading.Thread(target=syscall_thread, args=(stop,))
+        th.start()
+        deadline = time.monotonic() + 5.0
+        while th.is_alive() and time.monotonic() < deadline:  # a busy loop: one long Python callback
+            sum(range(100))
+        stop.set()
+        th.join(5.0)
+
+    try:
+        run_event_loop(main())
+    finally:
+        sys.setswitchinterval(before)
+    waits.sort()
+    assert len(waits) >= 20
+    assert waits[len(waits) // 2] < 0.0025, f"median GIL wait {waits[len(waits) // 2] * 1e3:.2f} ms"
