@@ -93,6 +93,14 @@ class BrokerConfig:
     topic_level_policies_enabled: bool = _setting(
         True, "Serve topic-level policies; when false their admin endpoints answer 405."
     )
+    event_loop_probe_interval_ms: int = _setting(
+        0,
+        "Debug (Magnetar's own): measure the event loop's lag every this many ms and time GC collections, "
+        "as histograms `magnetar_event_loop_lag_seconds` and `magnetar_gc_pause_seconds` on /metrics (0: off).",
+    )
+    event_loop_lag_warn_ms: int = _setting(
+        100, "With the event-loop probe on, log a loop lag or a GC collection at least this long (Magnetar's own)."
+    )
     # -- several brokers on one metadata store (cluster mode; standalone owns every bundle itself)
     metadata_store_session_timeout_millis: int = _setting(
         30_000, "Lease of this broker's registration and bundle ownership: a broker silent this long loses its bundles."

@@ -144,6 +144,8 @@ def render(service: BrokerService) -> str:
         ):
             lines += _header(name, kind, text)
             lines.append(f"{name}{_labels(cluster=cluster)} {value}")
+    if service.loop_probe is not None:
+        lines += service.loop_probe.metric_lines(_labels(cluster=cluster)[1:-1])
     lines += list(_process_metrics())
     return "\n".join(lines) + "\n"
 

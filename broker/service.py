@@ -47,6 +47,7 @@ from magnetar.broker.tls import ReloadingServerContext, TlsSettings
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_list import TopicListService
 from magnetar.broker.topic_name import TopicName
+from magnetar.common.loop_probe import LoopProbe
 from magnetar.common.tasks import TaskSet
 from magnetar.managed_ledger.api import InitialPosition, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.metadata.api import BadVersionError, MetadataStore, NotFoundError
@@ -82,6 +83,12 @@ class BrokerService:
         self.authorization = AuthorizationService(config, store, self.policies)
         self.live_permissions = LivePermissions(self)
         self.housekeeper = Housekeeper(self)
+        #: The debug event-loop lag / GC pause probe (``eventLoopProbeIntervalMs``), or None when off.
+        self.loop_probe: LoopProbe | None = None
+        if config.event_loop_probe_interval_ms > 0:
+            self.loop_probe = LoopProbe(
+                config.event_loop_probe_interval_ms / 1000, config.event_loop_lag_warn_ms / 1000
+            )
         #: Bookie auto-recovery running in this broker (cluster mode), for its status and metrics.
         self.auto_recovery: Any = None
         self.connections: set[ServerConnection] = set()
@@ -164,6 +171,8 @@ class BrokerService:
         loop = asyncio.get_running_loop()
         self.tasks.spawn(self._sample_stats(), name="stats")
         self.housekeeper.start()
+        if self.loop_probe is not None:
+            self.loop_probe.start()
         if self.tls is not None:
             await self.tls.start()
         if self.config.broker_service_port is not None:
@@ -532,6 +541,8 @@ class BrokerService:
                 await asyncio.wait_for(self.namespaces.shutdown(), self.config.broker_shutdown_timeout_ms / 1000)
         self.tasks.cancel()
         await self.housekeeper.close()
+        if self.loop_probe is not None:
+            self.loop_probe.close()
         await self.compaction.close()
         await self.change_events.close()
         self.authorization.close()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pulsar
+import pytest
 
 from tests.admin.rest import call
 from tests.conftest import StandaloneProcess
@@ -45,3 +47,28 @@ def test_metrics_expose_topic_and_subscription_series(
     assert backlog and backlog[0] >= 6
     assert any('namespace="public/default"' in lbl for lbl, _ in series["pulsar_topics_count"])
     assert series["process_cpu_seconds_total"][0][1] > 0 and series["process_resident_memory_bytes"][0][1] > 0
+
+
+def test_event_loop_probe_metrics_only_with_the_debug_setting(
+    standalone: StandaloneProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``eventLoopProbeIntervalMs`` adds loop-lag and GC-pause histograms; off by default."""
+    default = _parse(call("GET", f"{standalone.http_url}/metrics").body.decode())
+    assert "magnetar_event_loop_lag_seconds_count" not in default
+    node = StandaloneProcess(tmp_path_factory.mktemp("loop-probe") / "data", {"eventLoopProbeIntervalMs": "5"})
+    node.start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the probe ticks every 5 ms: a few ticks after start
+            series = _parse(call("GET", f"{node.http_url}/metrics").body.decode())
+            count = series.get("magnetar_event_loop_lag_seconds_count", [("", 0.0)])[0][1]
+            if count >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert count >= 3
+        inf = [v for lbl, v in series["magnetar_event_loop_lag_seconds_bucket"] if 'le="+Inf"' in lbl]
+        assert inf == [count]
+        gens = {lbl for lbl, _ in series["magnetar_gc_pause_seconds_count"]}
+        assert {f'generation="{g}"' in " ".join(gens) for g in range(3)} == {True}
+    finally:
+        node.stop()
