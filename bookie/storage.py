@@ -40,6 +40,10 @@ def _all_or_nothing(writer: EntryLogWriter) -> Iterator[None]:
 #: A gap of more than this many entry ids between two entries of a ledger starts a new index run.
 _MAX_RUN_GAP = 16
 
+#: Entries a checkpoint flushes per pass: the per-entry work of a pass runs in C without releasing
+#: the GIL, so this bounds how long the event loop can wait for it (~0.3 ms per 2,048 entries).
+GIL_SLICE = 2048
+
 
 class LedgerStorage:
     """Entry logs, the index over them, and garbage collection of deleted ledgers."""
@@ -96,16 +100,20 @@ class LedgerStorage:
                 entries = snapshot[lid]
                 if not entries:
                     continue
-                eids = sorted(entries)
-                datas = list(map(entries.__getitem__, eids))
-                locs, crcs, logs = writer.add_many(lid, eids, datas)
-                members.extend((log_id, lid) for log_id in logs)
-                first = eids[0]
-                if eids[-1] - first + 1 == len(eids):
-                    # Contiguous (every entry of the ledger is here): no per-entry Python work.
-                    blocks.append(Block(lid, first, locs, array("I", map(len, datas)), array("I", crcs)))
-                else:
-                    blocks.extend(_runs(lid, eids, locs, datas, crcs))
+                all_eids = sorted(entries)
+                # In slices: each C-level pass below holds the GIL for its whole length, and the event
+                # loop waits for it meanwhile (a 100,000-entry pass took 10-25 ms).
+                for k in range(0, len(all_eids), GIL_SLICE):
+                    eids = all_eids[k : k + GIL_SLICE]
+                    datas = list(map(entries.__getitem__, eids))
+                    locs, crcs, logs = writer.add_many(lid, eids, datas)
+                    members.extend((log_id, lid) for log_id in logs)
+                    first = eids[0]
+                    if eids[-1] - first + 1 == len(eids):
+                        # Contiguous (every entry of the ledger is here): no per-entry Python work.
+                        blocks.append(Block(lid, first, locs, array("I", map(len, datas)), array("I", crcs)))
+                    else:
+                        blocks.extend(_runs(lid, eids, locs, datas, crcs))
         index = self.index
         for b in blocks:
             index.add_block(b)
