@@ -54,6 +54,8 @@ class ScenarioResult:
     errors: int = 0
     target_rate: int | None = None
     latency_ms: dict[str, float] | None = None
+    #: The same, measured from the time the pacing schedule gave each send (includes a late producer).
+    latency_from_schedule_ms: dict[str, float] | None = None
     note: str = ""
     error: str | None = None
 

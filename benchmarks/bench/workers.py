@@ -18,8 +18,9 @@ import pulsar
 
 from benchmarks.bench.brokers import pulsar_client
 
-# Payload header of latency messages: monotonic send time (ns) and sequence number.
-LATENCY_HEADER = struct.Struct("<QQ")
+# Payload header of latency messages: monotonic time (ns) the pacing schedule gave the send, the
+# time it was actually sent, and the sequence number.
+LATENCY_HEADER = struct.Struct("<QQQ")
 
 
 def worker_main(body: Callable[..., dict[str, Any]], wid: int, out: Any, go: Any, kw: dict[str, Any]) -> None:
@@ -152,7 +153,8 @@ def consumer_worker(
 def paced_producer_worker(
     ready: Callable[[], None], url: str, topic: str, size: int, rate: int, duration: float
 ) -> dict[str, Any]:
-    """Publish non-batched at ``rate`` msg/s, stamping each payload with its monotonic send time."""
+    """Publish non-batched at ``rate`` msg/s, stamping each payload with its scheduled and its actual
+    monotonic send time (a late pacer shows as the difference: the producer process being the limit)."""
     client = pulsar_client(url)
     producer = client.create_producer(
         topic, batching_enabled=False, max_pending_messages=10_000, block_if_queue_full=True
@@ -173,7 +175,8 @@ def paced_producer_worker(
         # sleep() granularity is coarser than the inter-message gap at 20k msg/s.
         due = (now - start) * rate // 1_000_000_000
         while sent < due:
-            producer.send_async(LATENCY_HEADER.pack(time.monotonic_ns(), sent) + pad, tally.on_sent)
+            scheduled = start + sent * 1_000_000_000 // rate
+            producer.send_async(LATENCY_HEADER.pack(scheduled, time.monotonic_ns(), sent) + pad, tally.on_sent)
             sent += 1
         time.sleep(0.0002)
     producer.flush()
@@ -200,7 +203,8 @@ def latency_consumer_worker(
 ) -> dict[str, Any]:
     """Receive until the producer's count (set in ``expected`` by the parent) arrived or time is up.
 
-    Returns latencies in ns (as bytes of an int64 array) of messages with sequence >= ``skip``.
+    Returns latencies in ns (as bytes of int64 arrays) of messages with sequence >= ``skip``: from
+    the actual send time (``latencies``) and from the scheduled one (``latencies_from_schedule``).
     """
     client = pulsar_client(url)
     consumer = client.subscribe(
@@ -210,6 +214,7 @@ def latency_consumer_worker(
         initial_position=pulsar.InitialPosition.Earliest,
     )
     lat = array.array("q")
+    lat_sched = array.array("q")
     got = 0
     ready()
     cpu0, t0 = time.process_time(), time.monotonic()
@@ -229,14 +234,16 @@ def latency_consumer_worker(
             continue
         now_ns = time.monotonic_ns()
         idle_since = None
-        sent_ns, seq = LATENCY_HEADER.unpack_from(msg.data())
+        scheduled_ns, sent_ns, seq = LATENCY_HEADER.unpack_from(msg.data())
         if seq >= skip:
             lat.append(now_ns - sent_ns)
+            lat_sched.append(now_ns - scheduled_ns)
         consumer.acknowledge(msg)
         got += 1
     result = {
         "received": got,
         "latencies": lat.tobytes(),
+        "latencies_from_schedule": lat_sched.tobytes(),
         "t0": t0,
         "t1": time.monotonic(),
         "cpu": time.process_time() - cpu0,

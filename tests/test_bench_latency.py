@@ -1,0 +1,21 @@
+"""``benchmarks.bench`` latency scenario: latency from the actual and from the scheduled send time."""
+
+from __future__ import annotations
+
+from benchmarks.bench.brokers import ExternalBroker
+from benchmarks.bench.results import Params
+from benchmarks.bench.scenarios import Bench
+from tests.conftest import StandaloneProcess
+
+
+def test_latency_is_measured_from_the_send_and_from_the_schedule(standalone: StandaloneProcess) -> None:
+    params = Params(latency_duration=1.5, latency_warmup=0.2, rates=[400], receiver_queue=1000)
+    bench = Bench(ExternalBroker(standalone.service_url, None), params, "t-latency")
+    res = bench.latency("latency-400", 400)
+    assert res.error is None and res.errors == 0
+    sent, sched = res.latency_ms, res.latency_from_schedule_ms
+    assert sent is not None and sched is not None
+    assert sent["samples"] == sched["samples"] >= 400
+    # A message is never sent before its scheduled time: measured from the schedule it is no faster.
+    assert sched["p50"] >= sent["p50"] and sched["max"] >= sent["max"]
+    assert "from the scheduled send time p50/p99" in res.note
