@@ -16,7 +16,7 @@ from magnetar.managed_ledger.api import (
     ManagedLedgerFactory,
     ManagedLedgerFencedError,
 )
-from magnetar.managed_ledger.cache import EntryCache
+from magnetar.managed_ledger.cache import AGE_OUT_SLICE, EntryCache
 from magnetar.managed_ledger.ledger import ManagedLedgerImpl, State
 from magnetar.managed_ledger.metadata import ManagedLedgerInfo, ledger_path
 from magnetar.metadata.api import MetadataError, MetadataStore
@@ -61,7 +61,7 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         self.trim_interval_seconds = trim_interval_seconds
         self.trim_delay_seconds = trim_delay_seconds
         self.cache_eviction_seconds = cache_eviction_seconds
-        self._age_timer: asyncio.TimerHandle | None = None
+        self._age_timer: asyncio.Handle | None = None
         self.default_config = default_config or ManagedLedgerConfig()
         self._ledgers: dict[str, ManagedLedgerImpl] = {}
         self._opening: dict[str, asyncio.Future[ManagedLedgerImpl]] = {}
@@ -160,8 +160,21 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
         self._age_timer = None
         if self._closed:
             return
-        self.cache.age_out()
-        self._age_timer = asyncio.get_running_loop().call_later(self.cache_eviction_seconds, self._on_age)
+        self._age_out(self.cache.age_out(AGE_OUT_SLICE))
+
+    def _drop_aged(self) -> None:
+        self._age_timer = None
+        if self._closed:
+            return
+        self._age_out(self.cache.drop_aged(AGE_OUT_SLICE))
+
+    def _age_out(self, done: bool) -> None:
+        # A slice per loop callback: dropping a threshold's worth of entries at once stalls the loop.
+        loop = asyncio.get_running_loop()
+        if done:
+            self._age_timer = loop.call_later(self.cache_eviction_seconds, self._on_age)
+        else:
+            self._age_timer = loop.call_soon(self._drop_aged)
 
     def _on_trim(self) -> None:
         self._trim_timer = None
