@@ -37,6 +37,10 @@ class Verdict(Enum):
     UNKNOWN = "unknown"
 
 
+#: ``frozenset()`` makes a new 216-byte object on every call (no empty singleton since Python 3.10).
+_NONE_SNAPSHOTTED: frozenset[str] = frozenset()
+
+
 class Deduplication:
     """Deduplication state of one topic."""
 
@@ -54,8 +58,8 @@ class Deduplication:
         #: Producer name -> when (monotonic) its last producer disconnected; absent while connected.
         self._inactive_since: dict[str, float] = {}
         #: Names written to the snapshot cursor's properties (to remove the ones no longer kept).
-        # A frozenset until deduplication is enabled: most topics never enable it (216 bytes each).
-        self._snapshotted: set[str] | frozenset[str] = frozenset()
+        # The shared empty frozenset until deduplication is enabled: most topics never enable it.
+        self._snapshotted: set[str] | frozenset[str] = _NONE_SNAPSHOTTED
 
     async def enable(self) -> None:
         """Turn deduplication on: recover the snapshot and replay what was written after it."""

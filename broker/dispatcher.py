@@ -67,12 +67,9 @@ class Dispatcher:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._slept_at = 0.0
         self._closed = False
-        c = subscription.topic.service.config
-        self._read_backoff = Backoff(
-            c.dispatcher_read_failure_backoff_initial_time_in_ms / 1000,
-            c.dispatcher_read_failure_backoff_max_time_in_ms / 1000,
-            c.dispatcher_read_failure_backoff_mandatory_stop_time_in_ms / 1000,
-        )
+        #: Made by the first failed read and dropped after a successful one (a fresh back-off is a reset
+        #: one): most subscriptions never fail a read, and a Backoff with its floats is ~160 bytes.
+        self._read_backoff: Backoff | None = None
 
     # lifecycle
     def start(self) -> None:
@@ -227,7 +224,7 @@ class Dispatcher:
             except Exception as exc:
                 await self._read_failed(exc)
                 continue
-            self._read_backoff.reset()
+            self._read_backoff = None
             if entries:
                 try:
                     self._dispatch(entries, replay)
@@ -245,6 +242,13 @@ class Dispatcher:
 
     async def _read_failed(self, exc: Exception) -> None:
         """Log a failed read and wait before the retry, longer after each failure (Pulsar's readFailureBackoff)."""
+        if self._read_backoff is None:
+            c = self.subscription.topic.service.config
+            self._read_backoff = Backoff(
+                c.dispatcher_read_failure_backoff_initial_time_in_ms / 1000,
+                c.dispatcher_read_failure_backoff_max_time_in_ms / 1000,
+                c.dispatcher_read_failure_backoff_mandatory_stop_time_in_ms / 1000,
+            )
         delay = self._read_backoff.next()
         name = self.subscription.name
         if isinstance(exc, ManagedLedgerError):  # storage said no: one line, no traceback

@@ -40,8 +40,10 @@ class Meter:
         elapsed = now - self._last_time
         if elapsed <= 0:
             return
-        self.msg_rate = (self.msgs - self._last_msgs) / elapsed
-        self.byte_rate = (self.bytes - self._last_bytes) / elapsed
+        # An idle meter gets the shared 0.0 constant, not two new floats per sampling (48 bytes per meter).
+        msgs, nbytes = self.msgs, self.bytes
+        self.msg_rate = (msgs - self._last_msgs) / elapsed if msgs != self._last_msgs else 0.0
+        self.byte_rate = (nbytes - self._last_bytes) / elapsed if nbytes != self._last_bytes else 0.0
         self._last_msgs, self._last_bytes, self._last_time = self.msgs, self.bytes, now
 
 

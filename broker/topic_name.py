@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from magnetar.broker.errors import InvalidTopicNameError
@@ -30,6 +31,8 @@ class TopicName:
     tenant: str
     namespace_portion: str
     local_name: str
+    #: ``str(self)``, made once: the broker's topic map and the policy cache key on the same string.
+    _str: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def parse(cls, name: str) -> TopicName:
@@ -59,7 +62,8 @@ class TopicName:
         if "/" in local:
             # V1 names (tenant/cluster/namespace/topic) are not supported.
             raise InvalidTopicNameError(f"Invalid topic name: '{name}' (cluster-qualified names are not supported)")
-        return cls(domain, tenant, namespace, local)
+        # Interned: thousands of topics share a few tenants and namespaces (one string each, not one per topic).
+        return cls(sys.intern(domain), sys.intern(tenant), sys.intern(namespace), local)
 
     @property
     def persistent(self) -> bool:
@@ -104,4 +108,8 @@ class TopicName:
         return f"{self.tenant}/{self.namespace_portion}/{self.domain}/{quote(self.local_name, safe='')}"
 
     def __str__(self) -> str:
-        return f"{self.domain}://{self.tenant}/{self.namespace_portion}/{self.local_name}"
+        s = self._str
+        if s is None:
+            s = f"{self.domain}://{self.tenant}/{self.namespace_portion}/{self.local_name}"
+            object.__setattr__(self, "_str", s)  # a cache, not a field: frozen all the same
+        return s

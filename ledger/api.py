@@ -63,6 +63,8 @@ class LedgerEntry(NamedTuple):
 class ReadHandle(abc.ABC):
     """A ledger opened for reading."""
 
+    __slots__ = ()  # so that a subclass declaring __slots__ has no instance dict
+
     ledger_id: int
 
     @property
@@ -99,6 +101,8 @@ def _tell(callback: AppendCallback, fut: asyncio.Future[int]) -> None:
 
 class WriteHandle(ReadHandle):
     """The single writer of a ledger."""
+
+    __slots__ = ()
 
     @abc.abstractmethod
     async def append(self, data: bytes) -> int:

@@ -8,6 +8,7 @@ wrong position or damaged anywhere is detected by the reader.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 
@@ -20,8 +21,12 @@ _IDS = struct.Struct("<qqQ")
 HEADER_SIZE = _HEADER.size
 
 
+@functools.lru_cache(maxsize=64)
 def master_key(password: bytes) -> bytes:
-    """The key bookies check on adds and fences (derived, so the password itself never travels)."""
+    """The key bookies check on adds and fences (derived, so the password itself never travels).
+
+    Cached: every ledger of a broker usually has the same password, and each write handle keeps its key.
+    """
     return hashlib.sha256(b"magnetar-ledger:" + password).digest()
 
 

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: No cursor waiting for entries (shared: ``frozenset()`` makes a new 216-byte object on every call).
+_NO_CURSORS: frozenset[ManagedCursorImpl] = frozenset()
+
 
 class State(Enum):
     """Lifecycle of a :class:`ManagedLedgerImpl`."""
@@ -81,11 +84,12 @@ class ManagedLedgerImpl(ManagedLedger):
         # Cursors: durable ones stay here after their instance is closed (they still hold back trimming).
         self._cursors: dict[str, ManagedCursorImpl] = {}
         self._opening_cursors: dict[str, asyncio.Task[ManagedCursorImpl]] = {}
-        self._waiting: set[ManagedCursorImpl] = set()
+        # The shared empty frozenset while no cursor waits (most of the time: an empty set is 216 bytes).
+        self._waiting: set[ManagedCursorImpl] | frozenset[ManagedCursorImpl] = _NO_CURSORS
         # Housekeeping.
         self._meta_lock = asyncio.Lock()
         #: Property writes in flight, kept until they end (see ``set_properties``).
-        self._property_writes: set[asyncio.Task[None]] = set()
+        self._property_writes: set[asyncio.Task[None]] | None = None  # made by the first write
         self._trim_timer: asyncio.TimerHandle | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._cache = factory.cache.for_ledger(name, self._slowest_reader)
@@ -147,12 +151,15 @@ class ManagedLedgerImpl(ManagedLedger):
         # between the stored CAS and noting its version, the ledger would take its own write for another
         # owner's at the next CAS and fence itself.
         write = self._loop.create_task(self._write_properties(updates))
+        if self._property_writes is None:
+            self._property_writes = set()
         self._property_writes.add(write)
         write.add_done_callback(self._property_write_done)
         await asyncio.shield(write)
 
     def _property_write_done(self, write: asyncio.Task[None]) -> None:
-        self._property_writes.discard(write)
+        if self._property_writes is not None:
+            self._property_writes.discard(write)
         if not write.cancelled():
             write.exception()  # retrieved: a caller still waiting gets it through the shield
 
@@ -292,7 +299,7 @@ class ManagedLedgerImpl(ManagedLedger):
             self._notify_waiting()
 
     def _notify_waiting(self) -> None:
-        waiting, self._waiting = self._waiting, set()
+        waiting, self._waiting = self._waiting, _NO_CURSORS
         for cursor in waiting:
             cursor.wake()
 
@@ -484,17 +491,21 @@ class ManagedLedgerImpl(ManagedLedger):
 
     def wait_for_entries(self, cursor: ManagedCursorImpl) -> None:
         """Call ``cursor.wake()`` once after the next add."""
-        self._waiting.add(cursor)
+        waiting = self._waiting
+        if not isinstance(waiting, set):
+            waiting = self._waiting = set()
+        waiting.add(cursor)
 
     def stop_waiting(self, cursor: ManagedCursorImpl) -> None:
         """Forget a :meth:`wait_for_entries` registration."""
-        self._waiting.discard(cursor)
+        if isinstance(self._waiting, set):
+            self._waiting.discard(cursor)
 
     def on_cursor_closed(self, cursor: ManagedCursorImpl) -> None:
         """A non-durable cursor closed itself."""
         if self._cursors.get(cursor.name) is cursor:
             del self._cursors[cursor.name]
-        self._waiting.discard(cursor)
+        self.stop_waiting(cursor)
 
     def on_mark_delete_moved(self, cursor: ManagedCursorImpl) -> None:
         """Called when a durable cursor's mark-delete advanced: maybe a ledger became trimmable."""

@@ -149,7 +149,7 @@ class LedgerWriter:
         self._doomed_before = 0
         self._doomed_error: ManagedLedgerError | None = None
         # Adds with a future of their own (queued or retried), failed for sure on release.
-        self._items: set[_PendingAdd] = set()
+        self._items: set[_PendingAdd] | None = None  # made by the first such add
 
     @property
     def current(self) -> LedgerInfo | None:
@@ -194,8 +194,11 @@ class LedgerWriter:
 
     def _new_item(self, data: bytes, seq: int) -> _PendingAdd:
         item = _PendingAdd(data, self._loop.create_future(), seq)
-        self._items.add(item)
-        item.future.add_done_callback(lambda _f: self._items.discard(item))
+        items = self._items
+        if items is None:
+            items = self._items = set()
+        items.add(item)
+        item.future.add_done_callback(lambda _f: items.discard(item))
         return item
 
     def _doomed(self) -> ManagedLedgerError:
@@ -452,6 +455,6 @@ class LedgerWriter:
             await self._storage.close_handle_quietly(handle)
         err = ManagedLedgerClosedError(f"{self._name} is closed")
         self.fail_queued(err)
-        for it in list(self._items):
+        for it in list(self._items or ()):
             if not it.future.done():
                 it.future.set_exception(err)

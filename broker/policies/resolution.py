@@ -3,7 +3,7 @@ namespace-level > broker configuration, as in Pulsar."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, get_args
 
 from magnetar.broker.config import BrokerConfig
@@ -75,6 +75,27 @@ class EffectivePolicies:
     schema_compatibility_strategy: str
 
 
+#: Effective policies resolved so far, by value: most topics resolve to the same settings, so they
+#: share one object (and its backlog quotas) instead of ~0.4 KiB each. Bounded: cleared when full.
+_INTERNED: dict[tuple[Any, ...], EffectivePolicies] = {}
+_INTERNED_MAX = 4096
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, BacklogQuota) else value  # (field, value) pairs
+
+
+def _interned(eff: EffectivePolicies) -> EffectivePolicies:
+    """The one shared object equal to ``eff`` (EffectivePolicies is frozen; its quotas are never mutated)."""
+    key = tuple(_hashable(getattr(eff, f.name)) for f in fields(eff))
+    shared = _INTERNED.get(key)
+    if shared is None:
+        if len(_INTERNED) >= _INTERNED_MAX:
+            _INTERNED.clear()
+        shared = _INTERNED[key] = eff
+    return shared
+
+
 def _first(*values: Any) -> Any:
     for value in values:
         if value is not None:
@@ -135,7 +156,7 @@ def resolve(config: BrokerConfig, ns: Policies | None, tp: TopicPolicies | None)
     if strategy == "UNDEFINED":
         strategy = config.schema_compatibility_strategy.upper()
 
-    return EffectivePolicies(
+    eff = EffectivePolicies(
         retention_time_minutes=retention.retentionTimeInMinutes,
         retention_size_mb=retention.retentionSizeInMB,
         message_ttl_seconds=int(
@@ -197,3 +218,4 @@ def resolve(config: BrokerConfig, ns: Policies | None, tp: TopicPolicies | None)
         ),
         schema_compatibility_strategy=str(strategy),
     )
+    return _interned(eff)
