@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import EntryMeta, entry_num_messages
-from magnetar.broker.stats import Meter
+from magnetar.broker.stats import IDLE_METER, Meter
 from magnetar.managed_ledger.api import Entry, Position
 
 if TYPE_CHECKING:
@@ -21,6 +21,33 @@ SubType = pb.CommandSubscribe.SubType
 
 class Consumer:
     """Flow-control permits and the unacknowledged entries sent to one client consumer."""
+
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "blocked",
+        "closed",
+        "connected_since",
+        "connection",
+        "consumer_id",
+        "entries_out",
+        "key_shared_meta",
+        "last_acked",
+        "last_consumed",
+        "max_unacked",
+        "metadata",
+        "meter",
+        "meter_redeliver",
+        "name",
+        "on_pending_removed",
+        "partition",
+        "pending_acks",
+        "permits",
+        "priority",
+        "reached_end",
+        "sub_type",
+        "subscription",
+        "unacked_messages",
+    )
 
     def __init__(
         self,
@@ -54,7 +81,7 @@ class Consumer:
         self.blocked = False
         self.connected_since = time.time()
         self.meter = Meter()
-        self.meter_redeliver = Meter()
+        self.meter_redeliver = IDLE_METER  # redeliveries are not metered yet: always zero
         self.entries_out = 0
         self.last_acked = 0.0
         self.last_consumed = 0.0

@@ -44,6 +44,21 @@ _NONE_SNAPSHOTTED: frozenset[str] = frozenset()
 class Deduplication:
     """Deduplication state of one topic."""
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_cursor",
+        "_inactive_since",
+        "_inactivity_s",
+        "_interval",
+        "_max_producers",
+        "_since_snapshot",
+        "_snapshotted",
+        "enabled",
+        "persisted",
+        "pushed",
+        "topic",
+    )
+
     def __init__(self, topic: PersistentTopic) -> None:
         self.topic = topic
         self.enabled = False

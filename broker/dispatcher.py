@@ -47,6 +47,24 @@ ROUND_ROBIN_BATCH = 20
 class Dispatcher:
     """Common read loop; subclasses decide who gets what."""
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_closed",
+        "_idle_timer",
+        "_read_backoff",
+        "_sleeper",
+        "_slept_at",
+        "_started",
+        "_task",
+        "_woken",
+        "consumers",
+        "cursor",
+        "max_read_batch",
+        "redelivery",
+        "subscription",
+        "tasks",
+    )
+
     def __init__(self, subscription: Subscription, max_read_batch: int) -> None:
         self.subscription = subscription
         self.cursor = subscription.cursor
@@ -58,7 +76,7 @@ class Dispatcher:
         # 760-byte deque for the whole life of every subscription, which adds up at 10,000 topics.
         self._woken = False
         self._sleeper: asyncio.Future[None] | None = None
-        self.tasks = TaskSet(f"dispatcher {subscription.name}")
+        self.tasks = TaskSet("dispatcher", owner=subscription.name)
         #: The read loop while it runs (never two at once); None while stopped or idle.
         self._task: asyncio.Task[None] | None = None
         #: Between start() and stop(): a wakeup (re)starts the loop if it ended idle.
@@ -265,6 +283,12 @@ class SingleActiveConsumerDispatcher(Dispatcher):
     consumer ``i mod n`` so partitions spread over the consumers. When the active consumer changes,
     unacknowledged entries are rewound so the new one receives them, in order.
     """
+
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "active",
+        "partition_index",
+    )
 
     def __init__(self, subscription: Subscription, max_read_batch: int, partition_index: int) -> None:
         super().__init__(subscription, max_read_batch)

@@ -32,6 +32,22 @@ class PublishSlot:
 class Producer:
     """Per-producer state: identity, in-flight sends in order, counters for stats."""
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "access_mode",
+        "closed",
+        "connected_since",
+        "connection",
+        "metadata",
+        "meter",
+        "name",
+        "pending",
+        "producer_id",
+        "ready",
+        "topic",
+        "user_provided_name",
+    )
+
     def __init__(
         self,
         topic: PersistentTopic,

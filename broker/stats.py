@@ -36,6 +36,12 @@ class Meter:
         self.msgs += msgs
         self.bytes += nbytes
 
+    def fresh(self) -> Meter:
+        """A new meter whose first rate covers the same interval as this one's next rate would."""
+        meter = Meter()
+        meter._last_time = self._last_time
+        return meter
+
     def sample(self, now: float) -> None:
         elapsed = now - self._last_time
         if elapsed <= 0:
@@ -45,6 +51,12 @@ class Meter:
         self.msg_rate = (msgs - self._last_msgs) / elapsed if msgs != self._last_msgs else 0.0
         self.byte_rate = (nbytes - self._last_bytes) / elapsed if nbytes != self._last_bytes else 0.0
         self._last_msgs, self._last_bytes, self._last_time = self.msgs, self.bytes, now
+
+
+#: The meter of something counted rarely or never (expired messages, redeliveries), shared until the
+#: first count: it stays at zero (only :meth:`Meter.sample` touches it), and its owner swaps in
+#: :meth:`Meter.fresh` before adding to it. Saves a 88-byte meter per subscription and consumer.
+IDLE_METER = Meter()
 
 
 def sample_topic(topic: PersistentTopic, now: float) -> None:

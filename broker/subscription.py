@@ -11,7 +11,7 @@ from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.dispatcher import Dispatcher, SharedDispatcher, SingleActiveConsumerDispatcher
 from magnetar.broker.errors import ConsumerBusyError, NotAllowedError
 from magnetar.broker.protocol.frames import parse_metadata
-from magnetar.broker.stats import Meter
+from magnetar.broker.stats import IDLE_METER, Meter
 from magnetar.managed_ledger.api import Entry, ManagedCursor, Position
 
 if TYPE_CHECKING:
@@ -30,6 +30,23 @@ SUB_TYPE_NAMES: dict[int, str] = {
 class Subscription:
     """Acks, redelivery and seeks for one named subscription of a persistent topic."""
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_resetting",
+        "_retired",
+        "batch_index_acks",
+        "consumers",
+        "cursor",
+        "dispatcher",
+        "last_expire",
+        "meter_expired",
+        "meter_out",
+        "name",
+        "redelivery_counts",
+        "sub_type",
+        "topic",
+    )
+
     def __init__(self, topic: PersistentTopic, name: str, cursor: ManagedCursor) -> None:
         self.topic = topic
         self.name = name
@@ -42,7 +59,7 @@ class Subscription:
         self.redelivery_counts: dict[Position, int] = {}
         self.batch_index_acks = topic.service.config.acknowledgment_at_batch_index_level_enabled
         self.meter_out = Meter()
-        self.meter_expired = Meter()
+        self.meter_expired = IDLE_METER  # a Meter of its own from the first expiry on
         self.last_expire = 0.0
         #: Set while a seek disconnects consumers, so a reader's subscription survives until it resubscribes.
         self._resetting = False
@@ -250,6 +267,8 @@ class Subscription:
         if position is not None and position > self.cursor.mark_delete_position:
             before = self.backlog()
             self.ack_up_to(position)
+            if self.meter_expired is IDLE_METER:
+                self.meter_expired = IDLE_METER.fresh()
             self.meter_expired.add(max(0, before - self.backlog()), 0)
             self.last_expire = time.time()
 

@@ -55,6 +55,27 @@ DUPLICATE_POSITION = Position(-1, -1)
 class PersistentTopic:
     """Producers, subscriptions and the managed ledger of one (partition of a) topic."""
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_exclusive_waiters",
+        "_loop",
+        "closed",
+        "dedup",
+        "effective",
+        "entries_added",
+        "exclusive_producer",
+        "last_active",
+        "ledger",
+        "meter_in",
+        "name",
+        "producers",
+        "quota_blocked",
+        "service",
+        "subscriptions",
+        "terminated",
+        "topic_epoch",
+    )
+
     def __init__(self, service: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
         self.service = service
         self.name = name

@@ -26,22 +26,31 @@ class TaskSet:
     Callers that care about a task's outcome can still await the task :meth:`spawn` returns.
     """
 
-    __slots__ = ("_closed", "_expected", "_log", "_tasks", "name")
+    __slots__ = ("_closed", "_expected", "_log", "_owner", "_tasks", "name")
 
     def __init__(
         self,
         name: str,
         *,
+        owner: object = None,
         expected: tuple[type[BaseException], ...] = (),
         logger: logging.Logger | None = None,
     ) -> None:
         self.name = name
+        #: Appended to ``name`` in log lines (``"dispatcher", owner=sub_name``): per-topic sets keep
+        #: their owner's existing name or id instead of a formatted string of their own each.
+        self._owner = owner
         self._expected = expected
         self._log = logger or log
         # Made on the first spawn and dropped when empty again: most sets (one per topic, ledger,
         # dispatcher...) are empty most of the time, and an empty set costs 216 bytes.
         self._tasks: set[asyncio.Task[Any]] | None = None
         self._closed = False
+
+    @property
+    def label(self) -> str:
+        """``name``, followed by the owner when one was given (for log lines)."""
+        return self.name if self._owner is None else f"{self.name} {self._owner}"
 
     def __len__(self) -> int:
         """Tasks still running."""
@@ -82,9 +91,9 @@ class TaskSet:
         if exc is None:
             return
         if isinstance(exc, self._expected):
-            self._log.warning("%s: task %s failed: %r", self.name, task.get_name(), exc)
+            self._log.warning("%s: task %s failed: %r", self.label, task.get_name(), exc)
         else:
-            self._log.error("%s: task %s failed", self.name, task.get_name(), exc_info=exc)
+            self._log.error("%s: task %s failed", self.label, task.get_name(), exc_info=exc)
 
     def cancel(self) -> None:
         """Cancel every task now and refuse new ones (for owners that close synchronously)."""
@@ -105,7 +114,7 @@ class TaskSet:
         if still:
             self._log.warning(
                 "%s: %d task(s) still running %.1fs after cancel: %s",
-                self.name,
+                self.label,
                 len(still),
                 grace,
                 ", ".join(sorted(t.get_name() for t in still)),

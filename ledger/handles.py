@@ -98,6 +98,28 @@ _NO_BOOKIES: frozenset[str] = frozenset()
 _NO_ADDS: collections.deque[_PendingAdd] = collections.deque(maxlen=0)
 
 
+def _slot_lists(clients: tuple[BookieClient, ...]) -> tuple[list[Any], ...]:
+    """Per ensemble slot: the client, and the cheapest add it offers.
+
+    RemoteBookieClient.add_encoded_cb takes an entry encoded once for all its replicas and calls the
+    slot's callback straight from its connection (no future); LocalBookieClient.add_entry_async calls
+    back from the journal (no future either); add_entry_nowait returns a future (no task); anything
+    else gets a task.
+    """
+    return (
+        list(clients),
+        [getattr(c, "add_encoded_cb", None) for c in clients],
+        [getattr(c, "encode_add_body", None) for c in clients],
+        [getattr(c, "add_entry_async", None) for c in clients],
+        [getattr(c, "add_entry_nowait", None) for c in clients],
+    )
+
+
+#: :func:`_slot_lists` by ensemble clients, shared between handles (bounded: cleared when full).
+_SLOT_LISTS: dict[tuple[BookieClient, ...], tuple[list[Any], ...]] = {}
+_SLOT_LISTS_MAX = 256
+
+
 class LedgerWriteHandle(WriteHandle):
     """The single writer of a ledger.
 
@@ -189,7 +211,7 @@ class LedgerWriteHandle(WriteHandle):
         self._slot_gen: list[int] = [0] * metadata.ensemble_size
         self._changing = False  # an ensemble change is in progress: completions wait for it
         self._change_task: asyncio.Task[None] | None = None
-        self._tasks = TaskSet(f"ledger {ledger_id} writer")
+        self._tasks = TaskSet("writer of ledger", owner=ledger_id)
         self._changed_at = 0.0  # add timeouts count from the last ensemble change at the earliest
         self.ensemble_changes = 0
         self._degraded_logged = False
@@ -202,15 +224,15 @@ class LedgerWriteHandle(WriteHandle):
         self._timer: asyncio.TimerHandle | None = None
 
     def _set_ensemble(self, bookies: list[str]) -> None:
-        self._clients: list[BookieClient] = [self._client_of(a) for a in bookies]
-        # Per slot, the cheapest add the client offers: RemoteBookieClient.add_encoded_cb takes
-        # an entry encoded once for all its replicas and calls the slot's callback straight from
-        # its connection (no future); LocalBookieClient.add_entry_async calls back from the journal
-        # (no future either); add_entry_nowait returns a future (no task); anything else gets a task.
-        self._cb_adds: list[Any] = [getattr(c, "add_encoded_cb", None) for c in self._clients]
-        self._encoders: list[Any] = [getattr(c, "encode_add_body", None) for c in self._clients]
-        self._async: list[Any] = [getattr(c, "add_entry_async", None) for c in self._clients]
-        self._nowait: list[Any] = [getattr(c, "add_entry_nowait", None) for c in self._clients]
+        clients = tuple(self._client_of(a) for a in bookies)
+        # The per-slot lists are shared by every handle on the same bookie clients (read-only until an
+        # ensemble change, which copies them first): ~0.5 KiB less per open ledger.
+        lists = _SLOT_LISTS.get(clients)
+        if lists is None:
+            if len(_SLOT_LISTS) >= _SLOT_LISTS_MAX:
+                _SLOT_LISTS.clear()
+            lists = _SLOT_LISTS[clients] = _slot_lists(clients)
+        self._clients, self._cb_adds, self._encoders, self._async, self._nowait = lists
         self._slot_done: list[Callable[[_PendingAdd, BaseException | None], None]] = [
             partial(self._on_slot_done, idx, gen) for idx, gen in enumerate(self._slot_gen)
         ]
@@ -493,6 +515,10 @@ class LedgerWriteHandle(WriteHandle):
     def _install(self, replaced: dict[int, str]) -> None:
         """Use the replacements from now on and re-send them what the replaced bookies owed."""
         old = self._clients
+        # Private copies before changing them: until now they may be shared with other handles.
+        self._clients, self._cb_adds, self._encoders, self._async, self._nowait = (
+            list(x) for x in (old, self._cb_adds, self._encoders, self._async, self._nowait)
+        )
         for idx, address in replaced.items():
             if self._on_close is not None:  # only client-created handles count in placement usage
                 self.ctx.usage[old[idx].address] -= 1

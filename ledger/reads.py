@@ -30,6 +30,14 @@ class EntryReader:
     replicas.
     """
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_rotation",
+        "ctx",
+        "ledger_id",
+        "metadata",
+    )
+
     def __init__(self, ctx: LedgerContext, ledger_id: int, metadata: LedgerMetadata) -> None:
         self.ctx = ctx
         self.ledger_id = ledger_id

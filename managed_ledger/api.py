@@ -91,6 +91,8 @@ class ManagedLedgerConfig:
 class ManagedCursor(abc.ABC):
     """One subscription's (or reader's) position in a managed ledger."""
 
+    __slots__ = ()
+
     name: str
     durable: bool
 
@@ -182,6 +184,8 @@ class ManagedCursor(abc.ABC):
 
 class ManagedLedger(abc.ABC):
     """One topic's log."""
+
+    __slots__ = ()
 
     name: str
 

@@ -96,6 +96,27 @@ class ManagedCursorImpl(ManagedCursor):
     :class:`ManagedCursor` (``recovered``, ``create``, ``wake``, ``close_now``, ``remove``...) are for that ledger.
     """
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_acked",
+        "_active",
+        "_batch",
+        "_closed",
+        "_deleted",
+        "_dirty",
+        "_last_active_ms",
+        "_md",
+        "_ml",
+        "_persist_lock",
+        "_props",
+        "_read",
+        "_read_gen",
+        "_version",
+        "_waiter",
+        "durable",
+        "name",
+    )
+
     def __init__(
         self,
         ledger: CursorLedger,

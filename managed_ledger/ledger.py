@@ -64,6 +64,32 @@ class ManagedLedgerImpl(ManagedLedger):
     Built by :class:`~magnetar.managed_ledger.factory.ManagedLedgerFactoryImpl`; not constructed directly.
     """
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_cache",
+        "_closed_entries",
+        "_closed_size",
+        "_config",
+        "_cursors",
+        "_factory",
+        "_last_confirmed",
+        "_ledger_ids",
+        "_ledgers",
+        "_loop",
+        "_meta_lock",
+        "_opening_cursors",
+        "_properties",
+        "_property_writes",
+        "_reader",
+        "_shutdown_task",
+        "_state",
+        "_storage",
+        "_trim_timer",
+        "_waiting",
+        "_writer",
+        "name",
+    )
+
     def __init__(self, factory: ManagedLedgerFactoryImpl, name: str, config: ManagedLedgerConfig) -> None:
         self.name = name
         self._factory = factory

@@ -23,6 +23,16 @@ from magnetar.managed_ledger.writer import LedgerWriter
 class EntryReader:
     """Reads ``(ledger, first, last)`` runs of one managed ledger; ``is_listed(id)``: still in its list."""
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_cache",
+        "_handles",
+        "_is_listed",
+        "_loop",
+        "_storage",
+        "_writer",
+    )
+
     def __init__(
         self, storage: LedgerStorage, cache: LedgerCache, writer: LedgerWriter, is_listed: Callable[[int], bool]
     ) -> None:

@@ -44,6 +44,18 @@ class LedgerStorage:
     :meth:`close_tasks`. ``on_fenced(why)`` is called when a write shows another owner took over.
     """
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_info_version",
+        "_on_fenced",
+        "_path",
+        "_tasks",
+        "client",
+        "name",
+        "op_timeout_seconds",
+        "store",
+    )
+
     def __init__(
         self,
         name: str,
@@ -59,7 +71,7 @@ class LedgerStorage:
         self._on_fenced = on_fenced
         self._path = ledger_path(name)
         self._info_version = NOT_EXISTS
-        self._tasks = TaskSet(f"managed ledger {name}")
+        self._tasks = TaskSet("managed ledger", owner=name)
 
     async def io(self, aw: Awaitable[T], what: str) -> T:
         """Await a storage call bounded by the operation timeout (:class:`ManagedLedgerError` on timeout)."""

@@ -122,6 +122,33 @@ def _finish(
 class LedgerWriter:
     """Writes a managed ledger's entries to its current ledger and rolls over to the next one."""
 
+    # Slots: one of these per idle topic, ~60 bytes less each than an instance dict (CPython 3.11).
+    __slots__ = (
+        "_accepting",
+        "_config",
+        "_current",
+        "_current_created",
+        "_doomed_before",
+        "_doomed_error",
+        "_drain_waiters",
+        "_handle",
+        "_host",
+        "_inflight",
+        "_issued_bytes",
+        "_issued_entries",
+        "_items",
+        "_loop",
+        "_name",
+        "_next_seq",
+        "_queue",
+        "_requeue",
+        "_retry",
+        "_rolling",
+        "_rollover_task",
+        "_rollover_timer",
+        "_storage",
+    )
+
     def __init__(self, host: WriterHost, storage: LedgerStorage, config: ManagedLedgerConfig) -> None:
         self._host = host
         self._storage = storage
