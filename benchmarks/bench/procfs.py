@@ -106,13 +106,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tree_rss_bytes(root: int) -> int:
-    """Resident set size (VmRSS) summed over the process tree rooted at ``root``, in bytes."""
+def tree_rss_bytes(root: int, field: str = "VmRSS") -> int:
+    """Resident set size (VmRSS) summed over the process tree rooted at ``root``, in bytes.
+
+    ``field="RssAnon"``: its anonymous part only (heap, stacks), without the file-backed pages
+    (libraries, mapped files) that the kernel drops and faults back in under memory pressure.
+    """
     total = 0
+    prefix = field + ":"
     for pid in process_tree(root):
         with contextlib.suppress(OSError, ValueError, IndexError):
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith(prefix):
                     total += int(line.split()[1]) * 1024
                     break
     return total

@@ -10,6 +10,7 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("topics", "topics", ",d"),
         ("rss_bytes", "RSS MiB", "mib"),
         ("rss_per_topic_kib", "KiB/topic", ".1f"),
+        ("anon_per_topic_kib", "anon KiB/topic", ".1f"),
         ("create_s", "create s", ".1f"),
         ("create_cpu_ms_per_topic", "create ms CPU/topic", ".2f"),
         ("idle_cores", "idle cores", ".3f"),

@@ -109,8 +109,8 @@ class Scale:
     def topic(self, kind: str, i: int, namespace: str | None = None) -> str:
         return f"persistent://{namespace or self.p.namespace}/scale-{self.run_id}-{kind}-{i}"
 
-    def rss(self) -> int | None:
-        return tree_rss_bytes(self.broker.pid) if self.broker.pid else None
+    def rss(self, field: str = "VmRSS") -> int | None:
+        return tree_rss_bytes(self.broker.pid, field) if self.broker.pid else None
 
     def cpu(self) -> float | None:
         c = self.broker.cpu_seconds()
@@ -200,7 +200,7 @@ class Scale:
                 self.publish_cost(self.topic("t", 0), self.p.publish_count // 4, self.p.publish_count // 4)
                 warmed = True
             idle = self.idle_cores()
-            rss = self.rss()
+            rss, anon = self.rss(), self.rss("RssAnon")
             cost = self.publish_cost(self.topic("t", 0), self.p.publish_count, self.p.publish_count)
             point = {
                 "topics": created,
@@ -215,13 +215,22 @@ class Scale:
                     if rss and points and points[0]["rss_bytes"] and created > points[0]["topics"]
                     else None
                 ),
+                # The same from anonymous memory only: file-backed pages come and go with the
+                # machine's memory pressure (tens of MiB), which VmRSS differences pick up as noise.
+                "rss_anon_bytes": anon,
+                "anon_per_topic_kib": (
+                    (anon - points[0]["rss_anon_bytes"]) / (created - points[0]["topics"]) / 1024
+                    if anon and points and points[0]["rss_anon_bytes"] and created > points[0]["topics"]
+                    else None
+                ),
                 "idle_cores": idle,
                 **cost,
             }
             points.append(point)
             log(
                 f"topics={created} (failed {failed}, {create_s:.1f} s) rss={_mib(rss)} MiB "
-                f"per-topic={_f(point['rss_per_topic_kib'])} KiB idle={_f(idle, '.3f')} cores "
+                f"per-topic={_f(point['rss_per_topic_kib'])} KiB (anon {_f(point['anon_per_topic_kib'])}) "
+                f"idle={_f(idle, '.3f')} cores "
                 f"publish={_f(cost['us_per_msg'])} us/msg"
             )
             if failed:
