@@ -335,6 +335,12 @@ class BrokerConfig:
     journal_directory: str = _setting("", "Bookie journal directory (empty: `<dataDir>/bookie/journal`).")
     ledger_directories: str = _setting("", "Bookie entry-log directories (empty: `<dataDir>/bookie/ledgers`).")
     journal_sync_data: bool = _setting(True, "fdatasync the journal before acknowledging an add.")
+    db_storage_write_cache_max_size_mb: int = _setting(
+        16,
+        "Write cache of the standalone's bookie, MiB: a checkpoint flushes it to the entry log when full "
+        "(memory peaks near twice this while one flushes; the `bookie` command's default is 64).",
+        "dbStorage_writeCacheMaxSizeMb",
+    )
     # -- TLS (PEM files; reloaded when they change)
     broker_service_port_tls: int | None = _setting(
         None, "Binary protocol port with TLS (`pulsar+ssl://`; Pulsar's docs use 6651) (unset: no TLS listener)."

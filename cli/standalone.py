@@ -52,6 +52,7 @@ async def start_standalone(node: BrokerNode) -> None:
             data_dir=data / "bookie",
             journal_dir=Path(config.journal_directory) if config.journal_directory else None,
             ledger_dir=Path(config.ledger_directories) if config.ledger_directories else None,
+            write_cache_max_bytes=config.db_storage_write_cache_max_size_mb * 1024 * 1024,
         )
     )
     bookie.journal.sync_data = config.journal_sync_data
