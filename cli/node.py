@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.cli.process import Closers, report_leftover_tasks, stop_on_signals
+from magnetar.cli.process import Closers, HeapTrimmer, report_leftover_tasks, stop_on_signals
 
 if TYPE_CHECKING:  # imported lazily, so light sub-commands (admin) never load the broker
     from aiohttp import web
@@ -90,6 +90,12 @@ class BrokerNode:
         from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
 
         config = self.config
+        if config.malloc_trim_interval_seconds > 0:
+            trimmer = HeapTrimmer(config.malloc_trim_interval_seconds)
+            if trimmer.start():
+                self.on_close(trimmer.close)
+            else:
+                log.warning("mallocTrimIntervalSeconds is set but this C library has no malloc_trim: ignored")
         ledger_client = BookieLedgerClient(store, registry)
         self.on_close(ledger_client.close)
         factory = ManagedLedgerFactoryImpl(

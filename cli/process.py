@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import gc
 import logging
 import signal
@@ -78,6 +80,62 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim  # type: ignore[no-any-return]
+
+
+class HeapTrimmer:
+    """Gives the heap memory Python freed back to the OS every ``interval`` seconds (glibc ``malloc_trim``).
+
+    glibc keeps freed chunks for reuse, and ``free`` returns only the top of a heap to the OS: after a
+    burst of large payloads (batched 1 KB publishing holds ~100 KiB entries) most of the freed memory
+    lies between live chunks and stays resident. Measured at the peak of ``publish-batched-1KB``: 209 MiB
+    resident, 41 MiB in use, 108 MiB free in glibc's arenas; one ``malloc_trim(0)`` took it to 103 MiB in
+    10-70 ms. The call runs on a worker thread (it holds one arena lock at a time, so the event loop
+    waits only if it allocates from the arena being trimmed). Off unless ``mallocTrimIntervalSeconds``
+    is set: under the publish benchmark a 1 s interval doubled the broker CPU per batched message (the pages
+    given back are faulted in again at once) and left the RSS peak where it was.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.trims = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> bool:
+        """Start trimming; False (and nothing started) where ``malloc_trim`` is not available."""
+        trim = _malloc_trim()
+        if trim is None:
+            return False
+        self._task = asyncio.get_running_loop().create_task(self._run(trim), name="heap trimmer")
+        return True
+
+    async def _run(self, trim: Callable[[int], int]) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await asyncio.to_thread(trim, 0)
+            self.trims += 1
+
+    async def close(self) -> None:
+        """Stop trimming (waits for a trim in progress)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
 
 def report_leftover_tasks() -> None:
