@@ -71,11 +71,20 @@ class EntryLogWriter:
     Locations are handed out before the bytes are written, so a failed write or fsync (ENOSPC,
     EIO) leaves them pointing at bytes that may not exist: the caller must then :meth:`abandon`
     everything since the last :meth:`sync` (the files are cut back, later writes go to a new log).
+
+    With ``drop_cache`` every chunk written is synced and dropped from the page cache at once. Each
+    byte written lands on a new page of a new file: kept cached, those pages make the page cache grow
+    by the whole write rate, and a page the kernel has to take fresh costs it several times what a
+    just-freed one does (~230 µs of kernel time per 128 KiB written in this project's VMs, against
+    ~30 µs when the pages of the previous chunk are reused).
     """
 
-    def __init__(self, directory: Path, max_size: int) -> None:
+    def __init__(self, directory: Path, max_size: int, *, drop_cache: bool = False) -> None:
         self.directory = Path(directory)
         self.max_size = max_size
+        #: Drop written pages from the page cache once synced (see ``BookieConfig.drop_entry_log_cache``).
+        self.drop_cache = drop_cache
+        self._cached_from = 0  # offset in the current log from which written pages may still be cached
         self.log_id = -1
         self._fd = -1
         self._pos = 0
@@ -108,6 +117,7 @@ class EntryLogWriter:
             path.unlink(missing_ok=True)
             raise
         self.log_id, self._fd, self._pos = log_id, fd, _FILE_HDR.size
+        self._cached_from = 0
 
     def add_many(self, ledger_id: int, entry_ids: list[int], datas: list[bytes]) -> tuple[array, list[int], set[int]]:
         """Buffer entries of one ledger; returns their locations, crc32c values and the logs used.
@@ -167,9 +177,21 @@ class EntryLogWriter:
                     rest = memoryview(b"".join(batch))[written:]
                     while rest:
                         rest = rest[os.write(self._fd, rest) :]
+            if self.drop_cache:
+                # Synced now, so that the kernel can free the pages and the next chunk reuses them:
+                # kept cached, the page cache would grow by every byte written (see the class docstring).
+                os.fdatasync(self._fd)
+                self._drop_cached()
         except BaseException:
             self.failed = True
             raise
+
+    def _drop_cached(self) -> None:
+        """Drop the current log's synced pages from the page cache (``POSIX_FADV_DONTNEED``)."""
+        start = self._cached_from
+        if self._pos > start:
+            os.posix_fadvise(self._fd, start, self._pos - start, os.POSIX_FADV_DONTNEED)
+            self._cached_from = self._pos
 
     def _roll(self) -> None:
         self._write_out()
@@ -197,6 +219,8 @@ class EntryLogWriter:
             self.failed = True
             raise
         for fd in self._unsynced:
+            if self.drop_cache:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(fd)
         self._unsynced.clear()
         self._synced_log_id, self._synced_pos = self.log_id, self._pos
