@@ -1,7 +1,8 @@
 """One client connection: frames in, commands dispatched, responses out (coalesced).
 
-Each connection is an :class:`asyncio.Protocol`. Per-message commands (SEND, ACK, FLOW) are
-handled synchronously in ``data_received``; commands that need the metadata store or storage
+Each connection is an :class:`asyncio.BufferedProtocol` (the socket is read straight into the frame
+decoder's buffer, see :class:`FrameDecoder`). Per-message commands (SEND, ACK, FLOW) are
+handled synchronously in ``buffer_updated``; commands that need the metadata store or storage
 run as tasks and always answer with the request id they carried. Outgoing frames are
 collected and written once per event-loop turn, so a burst of MESSAGE frames or receipts
 costs one socket write.
@@ -53,7 +54,7 @@ NO_REQUEST = 2**64 - 1
 REFRESH_AUTH_DATA = b"refresh"
 
 
-class ServerConnection(asyncio.Protocol):
+class ServerConnection(asyncio.BufferedProtocol):
     """Protocol handler for one client connection on the binary port."""
 
     def __init__(self, service: BrokerService, listener_name: str = "") -> None:
@@ -221,9 +222,12 @@ class ServerConnection(asyncio.Protocol):
         self._schedule_keepalive()
 
     # ------------------------------------------------------------------ frames in
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.buffer_updated(nbytes)
         except FrameError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
             self.write(commands.error(0, pb.UnknownError, f"Invalid frame: {exc}"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
-from magnetar.broker.protocol.frames import FrameDecoder, build_entry, encode_command, verify_entry
+from magnetar.broker.protocol.frames import FrameDecoder, FrameError, build_entry, encode_command, verify_entry
 
 T = pb.BaseCommand
 
@@ -29,3 +29,69 @@ def test_frames_split_at_any_byte_decode_alike() -> None:
         for frame, (_, entry) in zip(frames[1:], parts, strict=True):
             assert type(frame.entry) is bytes and frame.entry == entry
             assert verify_entry(frame.entry) is frame.entry  # stored as it came, no copy
+
+
+def _read_into(decoder: FrameDecoder, stream: memoryview, sizes: list[int]) -> tuple[list, memoryview]:  # type: ignore[type-arg]
+    """Reads as the transport makes them: each at most as long as the buffer handed out."""
+    frames = []
+    for size in sizes:
+        if not stream:
+            break
+        buf = decoder.get_buffer()
+        assert len(buf) > 0
+        n = min(size, len(buf), len(stream))
+        buf[:n] = stream[:n]
+        frames += decoder.buffer_updated(n)
+        stream = stream[n:]
+    return frames, stream
+
+
+def test_buffered_reads_of_any_size_decode_alike() -> None:
+    """get_buffer/buffer_updated (the BufferedProtocol path), frames bigger than the shared scratch too."""
+    parts = [_send_frame(i, bytes([i]) * n) for i, n in enumerate((10, 3000, 300_000, 1, 700_000))]
+    ping = encode_command(T(type=T.PING, ping=pb.CommandPing()))
+    stream = memoryview(ping + b"".join(f for f, _ in parts) + ping)
+    for read in (7, 97, 4096, 65536, 1 << 20):
+        decoder = FrameDecoder(1 << 21)
+        frames, rest = _read_into(decoder, stream, [read] * (len(stream) // read + 10))
+        assert not rest
+        assert [f.command.type for f in frames] == [T.PING, *[T.SEND] * len(parts), T.PING]
+        for frame, (_, entry) in zip(frames[1:-1], parts, strict=True):
+            assert type(frame.entry) is bytes and frame.entry == entry
+
+
+def test_byte_by_byte_reads_decode() -> None:
+    parts = [_send_frame(i, bytes([i]) * n) for i, n in enumerate((10, 300, 1))]
+    stream = memoryview(encode_command(T(type=T.PING, ping=pb.CommandPing())) + b"".join(f for f, _ in parts))
+    frames, rest = _read_into(FrameDecoder(1 << 20), stream, [1] * len(stream))
+    assert not rest
+    assert [f.command.type for f in frames] == [T.PING, T.SEND, T.SEND, T.SEND]
+    assert [f.entry for f in frames[1:]] == [e for _, e in parts]
+
+
+def test_connections_sharing_the_scratch_buffer_do_not_mix() -> None:
+    """Two decoders read alternately (as two connections on one loop do): each gets its own frames intact."""
+    a = memoryview(b"".join(_send_frame(i, b"a" * (1000 * i + 5))[0] for i in range(40)))
+    b = memoryview(b"".join(_send_frame(i, b"b" * (7000 * i + 3))[0] for i in range(40)))
+    da, db = FrameDecoder(1 << 21), FrameDecoder(1 << 21)
+    got_a: list = []  # type: ignore[type-arg]
+    got_b: list = []  # type: ignore[type-arg]
+    while a or b:
+        frames, a = _read_into(da, a, [1500])
+        got_a += frames
+        frames, b = _read_into(db, b, [2900])
+        got_b += frames
+    assert [f.entry[-1:] for f in got_a] == [b"a"] * 40
+    assert [f.entry[-1:] for f in got_b] == [b"b"] * 40
+    assert [len(f.entry) for f in got_a] == [len(_send_frame(i, b"a" * (1000 * i + 5))[1]) for i in range(40)]
+
+
+def test_frame_over_the_limit_fails_before_its_body_arrives() -> None:
+    decoder = FrameDecoder(1024)
+    buf = decoder.get_buffer()
+    buf[:8] = struct.pack(">II", 2000, 10)
+    try:
+        decoder.buffer_updated(8)
+    except FrameError:
+        return
+    raise AssertionError("a frame over max_frame_size was accepted")
