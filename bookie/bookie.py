@@ -79,7 +79,7 @@ class Bookie(CallbackAdds):
             config.ledger_dir,  # type: ignore[arg-type]
             entry_log_size=config.entry_log_size,
             index_compact_bytes=config.index_compact_bytes,
-            drop_cache=config.drop_entry_log_cache,
+            direct_io=config.entry_log_direct_io,
         )
         self._ledgers: dict[int, LedgerState] = {}
         # Write cache: ledger -> entry -> data, and the snapshot a running checkpoint is flushing.

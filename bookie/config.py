@@ -37,11 +37,12 @@ class BookieConfig:
 
     #: Entry log files are rotated at this size (must stay below 4 GiB: offsets are 32-bit).
     entry_log_size: int = 128 * MiB
-    #: Drop entry-log pages from the OS page cache once they are synced (``POSIX_FADV_DONTNEED``, every
-    #: 4 MiB written). Otherwise the cache grows by everything written, and a new page costs the kernel
-    #: far more than a reused one (~8 µs vs ~1 µs per 4 KiB in a VM). Recent entries are served from
-    #: the write cache and the broker's entry cache; older ones are then read from the disk.
-    drop_entry_log_cache: bool = True
+    #: Write entry logs with ``O_DIRECT`` (through a 4 MiB staging buffer) where the filesystem takes
+    #: it, else through the page cache. Cached, the written pages grow the page cache by everything
+    #: written, and a new page costs the kernel far more than a reused one (~8 µs vs ~1 µs per 4 KiB in
+    #: a VM). Recent entries are served from the write cache and the broker's entry cache; older ones
+    #: are then read from the disk.
+    entry_log_direct_io: bool = True
     #: Checkpoint at least this often: flush the write cache to the entry log, persist the index,
     #: delete journals wholly before the checkpoint.
     checkpoint_interval_s: float = 5.0

@@ -42,7 +42,7 @@ _IOV_MAX = 1024
 _writev = os.writev
 #: ``O_DIRECT`` writes go from a page-aligned staging buffer, in whole blocks of this size.
 _ALIGN = 4096
-_O_DIRECT = getattr(os, "O_DIRECT", 0)
+O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
 def entry_log_ids(directory: Path) -> list[int]:
@@ -77,28 +77,28 @@ class EntryLogWriter:
     EIO) leaves them pointing at bytes that may not exist: the caller must then :meth:`abandon`
     everything since the last :meth:`sync` (the files are cut back, later writes go to a new log).
 
-    With ``drop_cache`` the written entries do not stay in the page cache. Each byte written lands on
-    a new page of a new file: kept cached, those pages make the page cache grow by the whole write
-    rate, and a page the kernel has to take fresh costs it several times what a reused one does
-    (~230 µs of kernel time per 128 KiB written in this project's VMs). Logs are then written with
-    ``O_DIRECT``: entries are copied into one page-aligned staging buffer (reused, so always resident)
-    and written from it in whole blocks; a sync writes the partial last block padded with zeros and
-    rewrites it with the next bytes. Where ``O_DIRECT`` is refused, every chunk is written through the
-    page cache, synced and dropped from it (``POSIX_FADV_DONTNEED``) instead.
+    With ``direct_io`` the written entries do not go through the page cache. Each byte written lands
+    on a new page of a new file: cached, those pages make the page cache grow by the whole write rate,
+    and a page the kernel has to take fresh costs it several times what a reused one does (up to
+    ~230 µs of kernel time per 128 KiB written in this project's VMs, depending on the host's memory).
+    Logs are then written with ``O_DIRECT``: entries are copied into one page-aligned staging buffer
+    (reused, so always resident) and written from it in whole blocks; a sync writes the partial last
+    block padded with zeros and rewrites it with the next bytes. Where the filesystem refuses
+    ``O_DIRECT`` (EINVAL at open or at the first write) the log is written through the page cache.
     """
 
-    def __init__(self, directory: Path, max_size: int, *, drop_cache: bool = False) -> None:
+    def __init__(self, directory: Path, max_size: int, *, direct_io: bool = False) -> None:
         self.directory = Path(directory)
         self.max_size = max_size
-        #: Drop written pages from the page cache once synced (see ``BookieConfig.drop_entry_log_cache``).
-        self.drop_cache = drop_cache
-        self._cached_from = 0  # offset in the current log from which written pages may still be cached
+        #: Write logs with ``O_DIRECT`` where the filesystem takes it (``BookieConfig.entry_log_direct_io``).
+        self.direct_io = direct_io
         # O_DIRECT: whether the current log uses it, the staging buffer (its write position is the
         # number of bytes staged) and the file offset of its first byte (a multiple of _ALIGN).
         self._direct = False
         self._stage: mmap.mmap | None = None
         self._stage_view: memoryview | None = None
         self._stage_off = 0
+        self._stage_dirty = False  # staged bytes not yet written out (a sync then writes the tail)
         self.log_id = -1
         self._fd = -1
         self._pos = 0
@@ -123,19 +123,35 @@ class EntryLogWriter:
     def _start(self, log_id: int) -> None:
         path = entry_log_path(self.directory, log_id)
         header = _FILE_HDR.pack(_FILE_MAGIC, 1, log_id)
-        if self.drop_cache and _O_DIRECT:
+        if self.direct_io and O_DIRECT:
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_DIRECT, 0o644)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_DIRECT, 0o644)
             except OSError as e:
                 if e.errno != errno.EINVAL:  # EINVAL: this filesystem has no O_DIRECT
                     raise
             else:
                 stage = self._staging()
+                view = self._stage_view
+                assert view is not None
                 stage.seek(0)
-                stage.write(header)  # written with the first block
-                self._direct, self._stage_off = True, 0
-                self.log_id, self._fd, self._pos = log_id, fd, len(header)
-                return
+                stage.write(header)  # rewritten with the first entries
+                stage[len(header) : _ALIGN] = bytes(_ALIGN - len(header))
+                try:
+                    # Some filesystems take O_DIRECT at open and refuse the writes: write the header's
+                    # block now, then cut the file back to the header (a log without entries stays
+                    # that small). Not through the _writev seam: no entry data is written here.
+                    if os.pwrite(fd, view[:_ALIGN], 0) != _ALIGN:
+                        raise OSError(errno.ENOSPC, "short write of an entry log header")
+                    os.ftruncate(fd, len(header))
+                except OSError as e:
+                    os.close(fd)
+                    if e.errno != errno.EINVAL:
+                        path.unlink(missing_ok=True)
+                        raise
+                else:
+                    self._direct, self._stage_off, self._stage_dirty = True, 0, False
+                    self.log_id, self._fd, self._pos = log_id, fd, len(header)
+                    return
         self._direct = False
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -146,7 +162,6 @@ class EntryLogWriter:
             path.unlink(missing_ok=True)
             raise
         self.log_id, self._fd, self._pos = log_id, fd, _FILE_HDR.size
-        self._cached_from = 0
 
     def add_many(self, ledger_id: int, entry_ids: list[int], datas: list[bytes]) -> tuple[array, list[int], set[int]]:
         """Buffer entries of one ledger; returns their locations, crc32c values and the logs used.
@@ -209,11 +224,6 @@ class EntryLogWriter:
                     rest = memoryview(b"".join(batch))[written:]
                     while rest:
                         rest = rest[os.write(self._fd, rest) :]
-            if self.drop_cache:
-                # Synced now, so that the kernel can free the pages and the next chunk reuses them:
-                # kept cached, the page cache would grow by every byte written (see the class docstring).
-                os.fdatasync(self._fd)
-                self._drop_cached()
         except BaseException:
             self.failed = True
             raise
@@ -229,6 +239,7 @@ class EntryLogWriter:
         stage = self._stage
         assert stage is not None
         i, n = 0, len(parts)
+        self._stage_dirty = True
         while i < n:
             room = _WRITE_CHUNK - stage.tell()
             ends = list(accumulate(map(len, parts[i : i + _IOV_MAX])))
@@ -259,23 +270,17 @@ class EntryLogWriter:
         stage = self._stage
         assert stage is not None
         fill = stage.tell()
-        if fill == 0:
+        if fill == 0 or not self._stage_dirty:
             return
         size = -(-fill // _ALIGN) * _ALIGN
         stage[fill:size] = bytes(size - fill)
         self._write_stage(size)
+        self._stage_dirty = False
         whole = fill - fill % _ALIGN
         if whole:
             stage.move(0, whole, fill - whole)
             self._stage_off += whole
             stage.seek(fill - whole)
-
-    def _drop_cached(self) -> None:
-        """Drop the current log's synced pages from the page cache (``POSIX_FADV_DONTNEED``)."""
-        start = self._cached_from
-        if self._pos > start:
-            os.posix_fadvise(self._fd, start, self._pos - start, os.POSIX_FADV_DONTNEED)
-            self._cached_from = self._pos
 
     def _roll(self) -> None:
         self._write_out()
@@ -311,8 +316,6 @@ class EntryLogWriter:
             self.failed = True
             raise
         for fd in self._unsynced:
-            if self.drop_cache:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(fd)
         self._unsynced.clear()
         self._synced_log_id, self._synced_pos = self.log_id, self._pos

@@ -49,11 +49,11 @@ class LedgerStorage:
     """Entry logs, the index over them, and garbage collection of deleted ledgers."""
 
     def __init__(
-        self, directory: Path, *, entry_log_size: int, index_compact_bytes: int, drop_cache: bool = True
+        self, directory: Path, *, entry_log_size: int, index_compact_bytes: int, direct_io: bool = True
     ) -> None:
         self.directory = Path(directory)
         self.index = LedgerIndex(self.directory, index_compact_bytes)
-        self.writer = EntryLogWriter(self.directory, entry_log_size, drop_cache=drop_cache)
+        self.writer = EntryLogWriter(self.directory, entry_log_size, direct_io=direct_io)
         self.reader = EntryLogReader(self.directory)
 
     def load(self) -> tuple[dict[int, LedgerState], JournalPosition | None]:
