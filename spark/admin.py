@@ -78,9 +78,10 @@ class Admin:
     def internal_stats(self, topic: str) -> dict[str, Any]:
         return self.client.get(f"{_topic_path(topic)}/internalStats")
 
-    def ledgers(self, topic: str) -> list[tuple[int, int]]:
-        """``(ledger_id, entries)`` in order; the last (open) ledger's count is ``currentLedgerEntries``."""
-        stats = self.internal_stats(topic)
+    @staticmethod
+    def ledgers_of(stats: dict[str, Any]) -> list[tuple[int, int]]:
+        """``(ledger_id, entries)`` in order from a topic's ``internalStats``; the last (open) ledger's count
+        is ``currentLedgerEntries``."""
         out = [(int(li["ledgerId"]), int(li.get("entries", 0))) for li in stats.get("ledgers", [])]
         if out and stats.get("currentLedgerEntries") is not None:
             out[-1] = (out[-1][0], max(out[-1][1], int(stats["currentLedgerEntries"])))

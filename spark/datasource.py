@@ -261,21 +261,23 @@ class _Planner:
         resolved = self._resolve(self.opts.ending, self.opts.ending_time, partitions, ends, LATEST)
         return {p: min(resolved[p], ends[p]) for p in partitions}
 
-    def check_loss(self, topic: str, start: Position, ledgers: list[tuple[int, int]]) -> None:
+    def check_loss(self, topic: str, start: Position, stats: dict[str, Any]) -> None:
+        """Fail (``failOnDataLoss``) when ``start`` lies in a ledger trimmed away; ``stats`` is the topic's
+        ``internalStats``."""
         if not self.opts.fail_on_data_loss or start.is_earliest:
             return
-        committed = self._committed(topic)
-        if data_lost(start, ledgers[0][0] if ledgers else None, committed):
+        ledgers = Admin.ledgers_of(stats)
+        if data_lost(start, ledgers[0][0] if ledgers else None, self._committed(stats)):
             raise client_io.DataLossError(
                 f"{topic}: messages from {start} are no longer available (retention/TTL); "
                 "set failOnDataLoss=false to continue from the earliest available message"
             )
 
-    def _committed(self, topic: str) -> Position | None:
+    def _committed(self, stats: dict[str, Any]) -> Position | None:
         sub = self.opts.commit_subscription
         if not sub:
             return None
-        cursor = self.admin.internal_stats(topic).get("cursors", {}).get(sub)
+        cursor = stats.get("cursors", {}).get(sub)
         if not cursor:
             return None
         return after(Position.parse(cursor["markDeletePosition"]))
@@ -286,8 +288,9 @@ class _Planner:
             start, end = starts.get(topic, EARLIEST), ends[topic]
             if end <= start:
                 continue
-            ledgers = self.admin.ledgers(topic)
-            self.check_loss(topic, start, ledgers)
+            stats = self.admin.internal_stats(topic)  # one call: ledgers for the split and the loss check
+            ledgers = Admin.ledgers_of(stats)
+            self.check_loss(topic, start, stats)
             for s, e in split_range(start, end, ledgers, self.opts.max_entries_per_partition):
                 ranges.append(TopicRange(topic, str(s), str(e)))
         return ranges
@@ -333,8 +336,16 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions, schema: TopicSchema | None = None) -> None:
         self.planner = _Planner(opts, schema)
         self.ceiling: dict[str, str] | None = None
+        self._initial: dict[str, str] | None = None
 
     def initialOffset(self) -> dict[str, str]:
+        # Spark asks twice when a query starts (its source and its offset log); the second answer must be
+        # the first one anyway (a position resolved later could differ), and costs no broker calls.
+        if self._initial is None:
+            self._initial = self._initial_offset()
+        return self._initial
+
+    def _initial_offset(self) -> dict[str, str]:
         parts = self.planner.topic_partitions()
         self.planner.check_client_credentials(parts)
         starts = self.planner.starts(parts, self.planner.ends(parts))

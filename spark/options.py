@@ -156,11 +156,13 @@ def pass_through(raw: Mapping[str, str], func: Callable[..., Any], reserved: set
 
 def client_kwargs(raw: Mapping[str, str]) -> dict[str, Any]:
     """``pulsar.client.*`` -> ``pulsar.Client`` keyword arguments (service URL, logger and security are ours)."""
+    plain = {k: v for k, v in raw.items() if _squash(k) not in SECURITY_KEYS}
+    if not plain:
+        return {}  # no pulsar import (0.05-0.1 CPU-s) in a streaming query's planner process for nothing
     import pulsar
 
     reserved = {"service_url", "authentication", "logger"}
     reserved |= {"tls_trust_certs_file_path", "tls_allow_insecure_connection", "tls_validate_hostname"}
-    plain = {k: v for k, v in raw.items() if _squash(k) not in SECURITY_KEYS}
     return pass_through(plain, pulsar.Client.__init__, reserved, "pulsar.client.")
 
 
@@ -191,6 +193,8 @@ def securities(options: Mapping[str, str]) -> tuple[ClientSecurity, ClientSecuri
 
 def reader_kwargs(raw: Mapping[str, str]) -> dict[str, Any]:
     """``pulsar.reader.*`` -> ``create_reader`` keyword arguments (start, schema and listener are ours)."""
+    if not raw:
+        return {}
     import pulsar
 
     reserved = {"topic", "start_message_id", "schema", "reader_listener", "start_message_id_inclusive"}
@@ -200,6 +204,8 @@ def reader_kwargs(raw: Mapping[str, str]) -> dict[str, Any]:
 
 def producer_kwargs(raw: Mapping[str, str]) -> dict[str, Any]:
     """``pulsar.producer.*`` -> ``create_producer`` keyword arguments."""
+    if not raw:
+        return {}
     import pulsar
 
     reserved = {"topic", "schema", "message_routing_mode", "message_router", "crypto_key_reader", "encryption_key"}
