@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from magnetar.admin_client.auth import ClientSecurity
 from magnetar.spark.offsets import EARLIEST, Position, after
 from magnetar.spark.schemas import TopicSchema
+
+log = logging.getLogger(__name__)
 
 
 class DataLossError(RuntimeError):
@@ -96,6 +99,47 @@ def _id_of(msg: Any) -> tuple[int, int, int, int]:
     return data.ledgerId, data.entryId, -1, 0
 
 
+class RangeCheck:
+    """What a range read needs to notice messages trimmed away under it (retention, no subscription).
+
+    ``ledgers`` are ``(ledger, entries)`` of the range's ledgers when it was planned, so the entry after
+    each one is known (also across ledgers); ``gone(position)`` asks the broker whether an entry is no longer
+    stored. Readers do not hold data back (as in Pulsar), so the broker moves a reader past trimmed ledgers:
+    it delivers a later entry (a gap), or nothing while ``lastMessageId`` still names the trimmed entries
+    (``has_message_available()`` stays true and every receive times out). ``fail``: raise
+    :class:`DataLossError` then (``failOnDataLoss``), else log it and go on with what is left.
+    """
+
+    def __init__(self, ledgers: Sequence[tuple[int, int]], gone: Callable[[Position], bool], fail: bool) -> None:
+        self.gone = gone
+        self.fail = fail
+        self._entries = dict(ledgers)
+        filled = [lid for lid, n in ledgers if n > 0]
+        # Per ledger, the entry after its last one: the next non-empty ledger's first.
+        self._after_last = {lid: next(((f, 0) for f in filled if f > lid), (lid, n)) for lid, n in ledgers}
+
+    def first(self, start: Position) -> tuple[int, int] | None:
+        """The first entry of a range starting at ``start`` (after a ledger's last entry: the next ledger's
+        first; ``earliest``: the first planned one); None when unknown."""
+        if start.is_earliest:
+            return next(((lid, 0) for lid, n in self._entries.items() if n > 0), None)
+        return self.successor(start.ledger, start.entry - 1)
+
+    def successor(self, ledger: int, entry: int) -> tuple[int, int]:
+        """The entry after ``ledger:entry`` in the planned layout (per entry: a dict look-up)."""
+        n = self._entries.get(ledger)
+        if n is None or entry + 1 < n:
+            return ledger, entry + 1
+        return self._after_last[ledger]
+
+    def lost(self, topic: str, missing: tuple[int, int], found: str) -> None:
+        """Report entries from ``missing`` on as trimmed away (raise, or log when not failing on loss)."""
+        what = f"{topic}: messages from {missing[0]}:{missing[1]} are no longer available (retention/TTL; {found})"
+        if self.fail:
+            raise DataLossError(f"{what}; set failOnDataLoss=false to continue with the messages left")
+        log.warning("%s: skipped", what)
+
+
 def iter_chunks(
     client: Any,
     topic: str,
@@ -103,14 +147,15 @@ def iter_chunks(
     end: Position,
     poll_timeout_ms: int,
     reader_options: Mapping[str, Any] | None = None,
+    check: RangeCheck | None = None,
 ) -> Iterator[Chunk]:
     """The messages with ``start <= position < end``, in order, an entry (batch) at a time.
 
     The executors' hot path: the client's accessors run once per *entry* for the position and publish time
     (a batch's messages arrive consecutively, so the i-th after the first is at batch index first + i; the
-    last one's id is checked). Stops at ``end`` or when the broker has nothing more. A range that should hold
-    messages but whose first message found lies in a later ledger is not necessarily lost (ledgers roll
-    over), so data-loss checks are done by the caller against ledger metadata.
+    last one's id is checked). Stops at ``end`` or when the broker has nothing more. With ``check``, entries
+    of the range trimmed away while it is read are noticed (see :class:`RangeCheck`); without it a read
+    cannot tell a trimmed ledger from a rollover.
     """
     if end <= start:
         return
@@ -122,6 +167,11 @@ def iter_chunks(
     first_entry, stop_entry = (start.ledger, start.entry), (end.ledger, end.entry)
     last = first_entry
     stalls = 0
+    # The entry the next head message must be at (None: unknown, a start at "earliest").
+    expected = None if check is None else check.first(start)
+
+    def in_range(entry: tuple[int, int]) -> bool:
+        return entry < stop_entry or (entry == stop_entry and end.batch >= 0)
 
     def next_message(must_exist: bool) -> Any:
         """The next message; None when the broker has no more (and ``must_exist`` is false)."""
@@ -132,9 +182,18 @@ def iter_chunks(
             except Exception as exc:  # the client raises its own Timeout type
                 if not _is_timeout(exc):
                     raise
-                # A slow receive is not the end: stop only when the broker has nothing more (data trimmed or
-                # the topic deleted under the query), and fail rather than truncate when it stays stuck.
+                # A slow receive is not the end: stop only when the broker has nothing more (the topic
+                # deleted under the query), and fail rather than truncate when it stays stuck.
                 if not must_exist and not reader.has_message_available():
+                    return None
+                if (
+                    not must_exist
+                    and check is not None
+                    and expected is not None
+                    and in_range(expected)
+                    and check.gone(Position(*expected, -1))
+                ):  # trimmed: it will never come, whatever has_message_available() says
+                    check.lost(topic, expected, "the broker has nothing left to deliver")
                     return None
                 stalls += 1
                 if stalls * poll_timeout_ms >= STALL_LIMIT_MS:
@@ -155,6 +214,10 @@ def iter_chunks(
                 return
             ledger, entry, batch, size = _id_of(head)
             here = last = (ledger, entry)
+            if check is not None and expected is not None and here > expected and in_range(expected):
+                check.lost(topic, expected, f"the next message found is at {ledger}:{entry}")
+            if check is not None:
+                expected = check.successor(ledger, entry)
             if here > stop_entry or (here == stop_entry and batch >= end.batch):
                 return  # (a message not in a batch, index -1, is before any end inside its entry)
             messages = [head]

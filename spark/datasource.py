@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -56,7 +57,7 @@ except ImportError:  # Spark 4.0/4.1: latestOffset() takes no arguments; read ev
 
 from pyspark.sql.types import MapType, StringType, StructField, StructType, TimestampType
 
-from magnetar.admin_client.errors import AdminConnectionError
+from magnetar.admin_client.errors import AdminConnectionError, AdminError
 from magnetar.broker.topic_name import TopicName
 from magnetar.spark import client_io
 from magnetar.spark.admin import Admin
@@ -103,11 +104,12 @@ META_FIELDS = [
 
 
 class TopicRange(InputPartition):
-    """One Spark partition: ``[start, end)`` of one topic partition (positions as ``L:E:B`` text)."""
+    """One Spark partition: ``[start, end)`` of one topic partition (positions as ``L:E:B`` text), and
+    ``(ledger, entries)`` of its ledgers when planned (the read notices entries trimmed under it)."""
 
-    def __init__(self, topic: str, start: str, end: str) -> None:
+    def __init__(self, topic: str, start: str, end: str, ledgers: tuple[tuple[int, int], ...] = ()) -> None:
         super().__init__((topic, start, end))
-        self.topic, self.start, self.end = topic, start, end
+        self.topic, self.start, self.end, self.ledgers = topic, start, end, ledgers
 
 
 class PulsarDataSource(DataSource):
@@ -292,13 +294,25 @@ class _Planner:
             ledgers = Admin.ledgers_of(stats)
             self.check_loss(topic, start, stats)
             for s, e in split_range(start, end, ledgers, self.opts.max_entries_per_partition):
-                ranges.append(TopicRange(topic, str(s), str(e)))
+                layout = tuple((lid, n) for lid, n in ledgers if s.ledger <= lid <= e.ledger)
+                ranges.append(TopicRange(topic, str(s), str(e), layout))
         return ranges
+
+    def gone(self, topic: str, position: Position) -> bool:
+        """Whether the entry at ``position`` is no longer stored (trimmed, or the topic deleted)."""
+        try:
+            stats = self.admin.internal_stats(topic)
+        except AdminError as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return not any(lid == position.ledger and 0 <= position.entry < n for lid, n in Admin.ledgers_of(stats))
 
     def read(self, part: TopicRange) -> Iterator[Any]:
         start, end = Position.parse(part.start), Position.parse(part.end)
+        check = client_io.RangeCheck(part.ledgers, partial(self.gone, part.topic), self.opts.fail_on_data_loss)
         chunks = client_io.iter_chunks(
-            self.client, part.topic, start, end, self.opts.poll_timeout_ms, self.opts.reader_options
+            self.client, part.topic, start, end, self.opts.poll_timeout_ms, self.opts.reader_options, check
         )
         if self.schema.kind == RAW:
             yield from client_io.to_arrow_batches(chunks, part.topic)

@@ -128,3 +128,27 @@ def test_arrow_columns_per_entry() -> None:
     assert [r["__eventTime"] is None for r in rows] == [True, True, True, False, True]
     assert [r["__messageProperties"] for r in rows] == [[], [], [], [("p", "v")], []]
     assert {r["__topic"] for r in rows} == {"persistent://t/ns/x"}
+
+
+def _checked(start: Position, end: Position, messages: list[_Msg], layout: list[tuple[int, int]]) -> list[Any]:
+    check = client_io.RangeCheck(layout, lambda _pos: False, fail=True)
+    chunks = client_io.iter_chunks(_Client(messages), "t", start, end, 10, None, check)
+    return [(c.ledger, c.entry) for c in chunks]
+
+
+def test_rollovers_are_not_gaps() -> None:
+    """Ledger 3 has 2 entries, ledger 4 none (rolled over idle), ledger 5 one: reading across them, or from
+    the position after ledger 3's last entry, is complete."""
+    topic = [_Msg(3, 0, -1, 0), _Msg(3, 1, -1, 0), _Msg(5, 0, -1, 0)]
+    layout = [(3, 2), (4, 0), (5, 1)]
+    assert _checked(EARLIEST, Position(5, 1), topic, layout) == [(3, 0), (3, 1), (5, 0)]
+    assert _checked(Position(3, 2), Position(5, 1), topic[2:], layout) == [(5, 0)]
+
+
+def test_a_gap_inside_the_range_is_data_loss() -> None:
+    """The broker moved the reader past a trimmed ledger: the next entry found is not the planned next one."""
+    layout = [(3, 2), (5, 1)]
+    with pytest.raises(client_io.DataLossError, match="messages from 3:0 are no longer available"):
+        _checked(EARLIEST, Position(5, 1), [_Msg(5, 0, -1, 0)], layout)
+    with pytest.raises(client_io.DataLossError, match="messages from 3:1 are no longer available"):
+        _checked(Position(3, 0), Position(3, 2), [_Msg(3, 0, -1, 0), _Msg(5, 0, -1, 0)], layout)

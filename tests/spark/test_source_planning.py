@@ -121,3 +121,97 @@ def test_slow_reads_never_truncate_a_range(standalone: StandaloneProcess, topic_
     reader = PulsarBatchReader(SourceOptions.parse({**opts, "pollTimeoutMs": "1"}, streaming=False))
     (part,) = reader.partitions()
     assert sum(batch.num_rows for batch in reader.read(part)) == 5000
+
+
+def _admin(broker: StandaloneProcess, method: str, path: str) -> None:
+    req = urllib.request.Request(f"{broker.http_url}/admin/v2/persistent/{path}", method=method)
+    urllib.request.urlopen(req, timeout=10).close()
+
+
+def _first_ledger(broker: StandaloneProcess, topic: str) -> int | None:
+    with urllib.request.urlopen(f"{broker.http_url}/admin/v2/persistent/{topic[13:]}/internalStats", timeout=10) as r:
+        ledgers = [li["ledgerId"] for li in json.load(r)["ledgers"] if li.get("entries", 0) > 0]
+    return ledgers[0] if ledgers else None
+
+
+def _wait_trimmed(broker: StandaloneProcess, topic: str, ledger: int) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        first = _first_ledger(broker, topic)
+        if first is None or first > ledger:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"ledger {ledger} of {topic} was not trimmed")
+
+
+@pytest.fixture
+def short_stall(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A range read waits at most 4 s for messages the broker says exist (2 minutes in production): a read
+    that stalls fails the test quickly instead of hanging it."""
+    from magnetar.spark import client_io
+
+    monkeypatch.setattr(client_io, "STALL_LIMIT_MS", 4000)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_range_trimmed_under_a_planned_read_ends_at_once(
+    standalone: StandaloneProcess, topic_name: str, short_stall: None, fail_on_data_loss: bool
+) -> None:
+    """The reported stall: a range planned, then its ledger trimmed before the executor reads it (no
+    subscription, no retention: the topic was reloaded, or rolled over under load). Readers do not hold
+    data back (as in Pulsar), so the broker moves the reader past the trimmed ledger while its
+    lastMessageId still names the trimmed entries: ``has_message_available()`` stays true and every
+    ``read_next`` times out. The read must report the loss (or, with failOnDataLoss=false, end), not wait."""
+    from magnetar.spark import client_io
+    from magnetar.spark.datasource import PulsarBatchReader
+    from magnetar.spark.options import SourceOptions
+
+    broker = standalone
+    _produce(broker.service_url, topic_name, 20)
+    opts = {"service.url": broker.service_url, "admin.url": broker.http_url, "topic": topic_name}
+    opts["failOnDataLoss"] = str(fail_on_data_loss).lower()
+    reader = PulsarBatchReader(SourceOptions.parse({**opts, "pollTimeoutMs": "500"}, streaming=False))
+    (part,) = reader.partitions()
+    ledger = int(part.start.split(":")[0]) if not part.start.startswith("-1") else _first_ledger(broker, topic_name)
+    assert ledger is not None
+    _admin(broker, "PUT", f"{topic_name[13:]}/unload")  # reloaded: the ledger is closed and trimmed
+    _wait_trimmed(broker, topic_name, ledger)
+    began = time.monotonic()
+    if fail_on_data_loss:
+        with pytest.raises(client_io.DataLossError, match="no longer available"):
+            list(reader.read(part))
+    else:
+        assert sum(b.num_rows for b in reader.read(part)) == 0
+    assert time.monotonic() - began < 3.5, "the read waited for messages that are gone"
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_ledger_trimmed_inside_a_planned_range_is_reported(
+    standalone: StandaloneProcess, topic_name: str, fail_on_data_loss: bool
+) -> None:
+    """A range spanning two ledgers whose first one is trimmed after planning: the broker moves the reader
+    to the second ledger, so the read used to return only its rows, silently. The gap is data loss."""
+    from magnetar.spark import client_io
+    from magnetar.spark.datasource import PulsarBatchReader
+    from magnetar.spark.options import SourceOptions
+
+    broker = standalone
+    keep = f"{topic_name[13:]}/subscription/keep"
+    _produce(broker.service_url, topic_name, 5)  # creates the topic
+    _admin(broker, "PUT", keep)  # holds the first ledger while planning (created at the end: hold it all)
+    _admin(broker, "POST", f"{keep}/resetcursor/0")
+    first = _first_ledger(broker, topic_name)
+    _admin(broker, "PUT", f"{topic_name[13:]}/unload")  # the first ledger is closed; writes go to a new one
+    _produce(broker.service_url, topic_name, 7)
+    opts = {"service.url": broker.service_url, "admin.url": broker.http_url, "topic": topic_name}
+    opts["failOnDataLoss"] = str(fail_on_data_loss).lower()
+    reader = PulsarBatchReader(SourceOptions.parse(opts, streaming=False))
+    (part,) = reader.partitions()
+    _admin(broker, "DELETE", keep)  # nothing holds the first ledger any more: trimmed
+    assert first is not None
+    _wait_trimmed(broker, topic_name, first)
+    if fail_on_data_loss:
+        with pytest.raises(client_io.DataLossError, match="no longer available"):
+            list(reader.read(part))
+    else:
+        assert sum(b.num_rows for b in reader.read(part)) == 7
