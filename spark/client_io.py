@@ -207,6 +207,8 @@ def iter_chunks(
 
     try:
         while True:
+            if expected is not None and not in_range(expected):
+                return  # the planned layout says the range is complete: no need to ask the broker
             if last >= certain_before and not reader.has_message_available():
                 return
             head = next_message(must_exist=False)

@@ -152,3 +152,15 @@ def test_a_gap_inside_the_range_is_data_loss() -> None:
         _checked(EARLIEST, Position(5, 1), [_Msg(5, 0, -1, 0)], layout)
     with pytest.raises(client_io.DataLossError, match="messages from 3:1 are no longer available"):
         _checked(Position(3, 0), Position(3, 2), [_Msg(3, 0, -1, 0), _Msg(5, 0, -1, 0)], layout)
+
+
+def test_a_planned_range_ends_without_asking_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that keeps saying it has more (as one does after a reconnection to a reloaded topic) cannot
+    stall a range whose planned layout says it is complete."""
+    monkeypatch.setattr(_Reader, "has_message_available", lambda self: True)
+    monkeypatch.setattr(client_io, "STALL_LIMIT_MS", 50)
+    topic = [_Msg(3, 0, -1, 0), _Msg(3, 1, 0, 2), _Msg(3, 1, 1, 2)]
+    assert _checked(EARLIEST, Position(3, 2), topic, [(3, 2)]) == [(3, 0), (3, 1)]
+    assert _checked(Position(3, 0), Position(3, 1, 1), topic, [(3, 2)]) == [(3, 0), (3, 1)]
+    with pytest.raises(TimeoutError):  # without the layout it can only wait, then fail
+        list(client_io.iter_chunks(_Client(topic), "t", EARLIEST, Position(3, 2), 10))
