@@ -109,7 +109,7 @@ def _timed(run: Callable[[], int]) -> dict[str, float]:
 def _summary(runs: list[dict[str, float]]) -> dict[str, Any]:
     """Median rates over the runs (the run with the median CPU), and the spread of rows per CPU-second."""
     per_cpu = sorted(r["rows"] / sum(r[k] for k in PARTS) for r in runs)
-    mid = sorted(runs, key=lambda r: sum(r[k] for k in PARTS))[len(runs) // 2]
+    mid = sorted(runs, key=lambda r: sum(r[k] for k in PARTS))[(len(runs) - 1) // 2]  # the lower median
     total = sum(mid[k] for k in PARTS)
     return {
         "rows": int(mid["rows"]),

@@ -120,10 +120,12 @@ class RangeCheck:
 
     def first(self, start: Position) -> tuple[int, int] | None:
         """The first entry of a range starting at ``start`` (after a ledger's last entry: the next ledger's
-        first; ``earliest``: the first planned one); None when unknown."""
-        if start.is_earliest:
-            return next(((lid, 0) for lid, n in self._entries.items() if n > 0), None)
-        return self.successor(start.ledger, start.entry - 1)
+        first); None when the layout has none."""
+        if start.ledger in self._entries:
+            return self.successor(start.ledger, start.entry - 1)
+        # "earliest", or a start whose ledger was gone at planning already (read and committed by the
+        # query's subscription, or failOnDataLoss=false): the first planned entry after it.
+        return next(((lid, 0) for lid, n in self._entries.items() if n > 0 and lid > start.ledger), None)
 
     def successor(self, ledger: int, entry: int) -> tuple[int, int]:
         """The entry after ``ledger:entry`` in the planned layout (per entry: a dict look-up)."""
@@ -167,7 +169,7 @@ def iter_chunks(
     first_entry, stop_entry = (start.ledger, start.entry), (end.ledger, end.entry)
     last = first_entry
     stalls = 0
-    # The entry the next head message must be at (None: unknown, a start at "earliest").
+    # The entry the next head message must be at (None: no planned layout to tell).
     expected = None if check is None else check.first(start)
 
     def in_range(entry: tuple[int, int]) -> bool:

@@ -143,6 +143,8 @@ def test_rollovers_are_not_gaps() -> None:
     layout = [(3, 2), (4, 0), (5, 1)]
     assert _checked(EARLIEST, Position(5, 1), topic, layout) == [(3, 0), (3, 1), (5, 0)]
     assert _checked(Position(3, 2), Position(5, 1), topic[2:], layout) == [(5, 0)]
+    # A start in a ledger gone at planning (fully read and committed, then trimmed): not a gap either.
+    assert _checked(Position(2, 7), Position(5, 1), topic[2:], [(5, 1)]) == [(5, 0)]
 
 
 def test_a_gap_inside_the_range_is_data_loss() -> None:
