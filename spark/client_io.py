@@ -171,6 +171,7 @@ def iter_chunks(
     stalls = 0
     # The entry the next head message must be at (None: no planned layout to tell).
     expected = None if check is None else check.first(start)
+    done: tuple[int, int, int] | None = None  # the last message given out
 
     def in_range(entry: tuple[int, int]) -> bool:
         return entry < stop_entry or (entry == stop_entry and end.batch >= 0)
@@ -218,9 +219,10 @@ def iter_chunks(
                 return
             ledger, entry, batch, size = _id_of(head)
             here = last = (ledger, entry)
-            if check is not None and expected is not None and here > expected and in_range(expected):
-                check.lost(topic, expected, f"the next message found is at {ledger}:{entry}")
-            if check is not None:
+            again = done is not None and here <= done[:2]  # given out already (see below)
+            if check is not None and not again:
+                if expected is not None and here > expected and in_range(expected):
+                    check.lost(topic, expected, f"the next message found is at {ledger}:{entry}")
                 expected = check.successor(ledger, entry)
             if here > stop_entry or (here == stop_entry and batch >= end.batch):
                 return  # (a message not in a batch, index -1, is before any end inside its entry)
@@ -238,8 +240,15 @@ def iter_chunks(
                 lo = start.batch - batch if batch >= 0 else 1
             if here == stop_entry and batch >= 0:
                 hi = min(hi, end.batch - batch)
+            if again and done is not None:
+                # After a reconnection (the topic reloaded) the client's reader resubscribes at the last
+                # message it delivered, inclusively: that one (or its whole entry) arrives a second time.
+                if here < done[:2] or batch < 0:
+                    continue
+                lo = max(lo, done[2] - batch + 1)
             if lo < hi:
                 yield Chunk(ledger, entry, batch + lo if batch >= 0 else -1, messages[lo:hi], head.publish_timestamp())
+                done = (ledger, entry, batch + hi - 1 if batch >= 0 else -1)
     finally:
         reader.close()
 

@@ -166,3 +166,13 @@ def test_a_planned_range_ends_without_asking_the_broker(monkeypatch: pytest.Monk
     assert _checked(Position(3, 0), Position(3, 1, 1), topic, [(3, 2)]) == [(3, 0), (3, 1)]
     with pytest.raises(TimeoutError):  # without the layout it can only wait, then fail
         list(client_io.iter_chunks(_Client(topic), "t", EARLIEST, Position(3, 2), 10))
+
+
+def test_messages_delivered_again_after_a_reconnection_are_dropped() -> None:
+    """The client's reader resubscribes at its last delivered message, inclusively: a batch's last message
+    (or a whole entry) can arrive twice."""
+    topic = _topic()
+    again = [*topic[:3], topic[2], topic[3], topic[3], *topic[4:]]
+    assert _positions(EARLIEST, Position(3, 3), again) == ALL
+    chunks = client_io.iter_chunks(_Client(again), "t", EARLIEST, Position(3, 3), 10)
+    assert [len(c.messages) for c in chunks] == [3, 1, 2]
