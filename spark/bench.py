@@ -130,6 +130,17 @@ def _create_partitioned(admin_url: str, name: str, partitions: int) -> None:
     urllib.request.urlopen(req, timeout=30).close()
 
 
+def _zips_compiled() -> bool:
+    """Whether the pyspark.zip Spark's Python processes import carries bytecode (see spark/precompile.py)."""
+    import zipfile
+
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    with zipfile.ZipFile(os.path.join(home, "python", "lib", "pyspark.zip")) as z:
+        return any(n.endswith(".pyc") for n in z.namelist())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--service-url", default="pulsar://localhost:6650")
@@ -202,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         **{f"stream_{k}": v for k, v in s.items()},
         "stream_vs_batch_per_cpu_s": round(s["rows_per_cpu_s"] / b["rows_per_cpu_s"], 2),
         "load_average": [round(x, 1) for x in os.getloadavg()],
+        "spark_zips_compiled": _zips_compiled(),
     }
     print(json.dumps(result))
     return 0 if rows == args.messages and all(r["rows"] == args.messages for r in streams) else 1

@@ -97,3 +97,17 @@ def test_example_job_runs_in_the_image(
 
     values = sorted(v.decode() for v in pq.read_table(data / "out").column("value").to_pylist())
     assert values == sorted(f"img{i}" for i in range(20))
+
+
+def test_images_spark_python_processes_import_bytecode(image: str) -> None:
+    # Spark's Python processes (a planner per streaming query, the workers) import pyspark and py4j from
+    # these zips first on their path: with bytecode inside they do not compile them at every start.
+    code = (
+        "import py4j.java_gateway as g, pyspark.sql.streaming.python_streaming_source_runner as m; "
+        "print(m.__file__); print(g.__file__)"
+    )
+    path = "$(ls /opt/spark/python/lib/*.zip | paste -sd:)"  # pyspark.zip and py4j's, as Spark sets it
+    done = _run(image, "bash", "-c", f'PYTHONPATH={path} PYTHONDONTWRITEBYTECODE=1 python3 -c "{code}"')
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split()
+    assert len(lines) == 2 and all(".zip/" in f and f.endswith(".pyc") for f in lines), done.stdout
