@@ -202,7 +202,8 @@ def iter_chunks(
                 if stalls * poll_timeout_ms >= STALL_LIMIT_MS:
                     raise TimeoutError(
                         f"{topic}: no message for {stalls * poll_timeout_ms} ms although the broker has more "
-                        f"before {end}"
+                        f"before {end} (last entry read {last[0]}:{last[1]}, "
+                        + ("inside its batch)" if must_exist else "has_message_available() true)")
                     ) from exc
                 continue
             stalls = 0
