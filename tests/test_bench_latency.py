@@ -1,4 +1,5 @@
-"""``benchmarks.bench`` latency scenario: latency from the actual and from the scheduled send time."""
+"""``benchmarks.bench`` latency scenario: end-to-end latency from the actual and from the scheduled send time,
+and the producer's publish latency (send -> receipt)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,8 @@ def test_latency_is_measured_from_the_send_and_from_the_schedule(standalone: Sta
     # A message is never sent before its scheduled time: measured from the schedule it is no faster.
     assert sched["p50"] >= sent["p50"] and sched["max"] >= sent["max"]
     assert "from the scheduled send time p50/p99" in res.note
+    # Publish latency (send -> receipt) at the producer, one sample per acknowledged send after the warm-up.
+    publish = res.publish_latency_ms
+    assert publish is not None and publish["samples"] == res.messages - 80
+    assert 0 < publish["p50"] <= publish["p99"] <= publish["max"] < 5_000
+    assert "publish (send -> receipt) p50/p99" in res.note

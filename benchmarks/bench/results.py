@@ -56,6 +56,8 @@ class ScenarioResult:
     latency_ms: dict[str, float] | None = None
     #: The same, measured from the time the pacing schedule gave each send (includes a late producer).
     latency_from_schedule_ms: dict[str, float] | None = None
+    #: Publish latency at the producer: send -> receipt (after the bookies' fsync), without the consumer.
+    publish_latency_ms: dict[str, float] | None = None
     note: str = ""
     error: str | None = None
 

@@ -226,7 +226,8 @@ class Bench:
 
     def latency(self, name: str, rate: int) -> ScenarioResult:
         """Paced producer and a consumer in separate processes; latency = receive time - send time
-        (and, in the note, receive time - scheduled send time: what a late producer adds)."""
+        (and, in the note, receive time - scheduled send time: what a late producer adds, and the
+        producer's publish latency, send -> receipt)."""
         size, duration = self.p.latency_size, self.p.latency_duration
         res = ScenarioResult(name, "latency", size, False, target_rate=rate)
         topic = self.topic(name)
@@ -266,10 +267,16 @@ class Bench:
         lat_sched = array.array("q")
         lat_sched.frombytes(cons["latencies_from_schedule"])
         res.latency_from_schedule_ms = percentiles(lat_sched)
+        publish = array.array("q")
+        publish.frombytes(prod["publish_latencies"])
+        res.publish_latency_ms = percentiles(publish[skip:])
         res.note = f"achieved {achieved:,.0f}/{rate:,} msg/s; first {skip} msgs ({self.p.latency_warmup:g} s) excluded"
         sched = res.latency_from_schedule_ms
         if "p99" in sched:  # counts the producer's own lateness too (no coordinated omission)
             res.note += f"; from the scheduled send time p50/p99 {sched['p50']:.2f}/{sched['p99']:.2f} ms"
+        pub = res.publish_latency_ms
+        if "p99" in pub:
+            res.note += f"; publish (send -> receipt) p50/p99 {pub['p50']:.2f}/{pub['p99']:.2f} ms"
         if achieved < 0.95 * rate:
             res.note += "; PRODUCER COULD NOT KEEP THE RATE"
         res.note += _error_kinds([prod])
