@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -172,26 +173,35 @@ async def test_a_stalled_group_fails_its_waiters_once(tmp_path: Path, monkeypatc
     await j.close()
 
 
-async def test_big_records_are_written_from_their_own_bytes(tmp_path: Path) -> None:
+async def test_big_records_are_written_from_their_own_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Records of batches (>= 4 KiB) go out by pwritev from their own bytes, mixed with small ones and
     in groups of more parts than one pwritev takes; replay returns every record intact, in order."""
     datas = [bytes([i % 251]) * (5000 if i % 3 else 10) for i in range(1500)]
-    biggest = 0
-    # How the writer thread cuts groups depends on scheduling: a loaded machine may split the burst, so
-    # try a few times for a group of over 1200 parts (more than one pwritev); every attempt must replay intact.
-    for attempt in range(5):
-        where = tmp_path / str(attempt)
-        j = await start_journal(where, file_size=16 << 20, group_max_bytes=8 << 20)
-        futs = [j.append(REC_ADD, 3, i, i - 1, d) for i, d in enumerate(datas)]
-        await asyncio.wait_for(asyncio.gather(*futs), 20)
-        await j.close()
-        recs = replayed(where)
-        assert [r[2] for r in recs] == list(range(1500))
-        assert [r[4] for r in recs] == datas
-        biggest = max(biggest, j.max_group_bytes)
-        if biggest > 600 * 5000:
-            break
-    assert biggest > 600 * 5000
+    # The writer thread takes whatever is queued when it wakes, so a loaded machine may cut a burst into
+    # small groups. Hold the writer in the fdatasync of a first one-record group while the burst is
+    # queued: the burst then goes out as one group of 2,500 parts, more than one pwritev takes (IOV_MAX).
+    armed, syncing, queued = threading.Event(), threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def held_fdatasync(fd: int) -> None:
+        if armed.is_set():
+            syncing.set()
+            queued.wait(20)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", held_fdatasync)
+    j = await start_journal(tmp_path, file_size=16 << 20, group_max_bytes=8 << 20)
+    armed.set()
+    first = j.append(REC_ADD, 3, 0, -1, b"first")
+    assert await asyncio.to_thread(syncing.wait, 10)
+    futs = [j.append(REC_ADD, 3, i + 1, i, d) for i, d in enumerate(datas)]
+    queued.set()
+    await asyncio.wait_for(asyncio.gather(first, *futs), 20)
+    await j.close()
+    recs = replayed(tmp_path)
+    assert [r[2] for r in recs] == list(range(1501))
+    assert [r[4] for r in recs] == [b"first", *datas]
+    assert j.max_group_bytes >= sum(map(len, datas))
 
 
 async def test_journal_sync_data_false_writes_without_fdatasync(
