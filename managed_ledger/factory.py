@@ -193,6 +193,8 @@ class ManagedLedgerFactoryImpl(ManagedLedgerFactory):
 
     def schedule_cursor_flush(self, cursor: ManagedCursorImpl, within_seconds: float) -> None:
         """Queue a durable cursor for a group flush at most ``within_seconds`` from now."""
+        if self._closed:  # closing each ledger flushed its cursors; the task set is gone
+            return
         self._dirty.add(cursor)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_seconds

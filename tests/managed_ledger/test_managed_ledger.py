@@ -277,6 +277,20 @@ async def test_group_flush(factory: ManagedLedgerFactoryImpl, store: EmbeddedMet
     assert json.loads(v.data)["markDelete"] == list(mls[3].last_confirmed_entry)
 
 
+async def test_no_cursor_flush_is_scheduled_after_the_factory_closed(factory: ManagedLedgerFactoryImpl) -> None:
+    """An ack arriving while the process shuts down must not start a flush on the closed factory (its
+    task set is closed: the task would be cancelled unstarted and reported as destroyed while pending).
+    Closing a ledger already flushed its cursors."""
+    ml = await open_ml(factory, cursor_flush_interval_seconds=0.01)
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await add(ml, 3)
+    await factory.close()
+    flushes = factory.cursor_flushes
+    factory.schedule_cursor_flush(c, 0.0)
+    await asyncio.sleep(0.05)
+    assert factory.cursor_flushes == flushes
+
+
 async def test_trimming_without_retention(factory: ManagedLedgerFactoryImpl, store, client) -> None:
     ml = await open_ml(factory, max_entries_per_ledger=3)
     c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
