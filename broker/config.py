@@ -218,6 +218,7 @@ class BrokerConfig:
         256,
         "Payload of sends awaiting persistence, broker-wide, after which connections with producers are no longer "
         "read until it is below half (0: off; Pulsar: half the direct memory).",
+        "maxMessagePublishBufferSizeInMB",
     )
     # -- deduplication
     broker_deduplication_enabled: bool = _setting(
@@ -318,6 +319,7 @@ class BrokerConfig:
         64,
         "Entry cache of recently added entries, shared by all topics, in MiB; counts each entry's "
         "in-memory overhead, not only its payload (Magnetar's own default; Pulsar's is a share of direct memory).",
+        "managedLedgerCacheSizeMB",
     )
     managed_ledger_cache_eviction_time_threshold_millis: int = _setting(
         1000, "Cached entries are evicted after one to two of this (0: only the cache size evicts)."
@@ -329,7 +331,9 @@ class BrokerConfig:
         0, "Keep acknowledged data this long (-1: forever) where no retention policy is set."
     )
     default_retention_size_in_mb: int = _setting(
-        0, "Keep this much acknowledged data (-1: unlimited) where no retention policy is set."
+        0,
+        "Keep this much acknowledged data (-1: unlimited) where no retention policy is set.",
+        "defaultRetentionSizeInMB",
     )
     # -- bookie (standalone's in-process bookie)
     journal_directory: str = _setting("", "Bookie journal directory (empty: `<dataDir>/bookie/journal`).")

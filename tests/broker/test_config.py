@@ -120,3 +120,29 @@ def test_entry_cache_settings_take_pulsars_names() -> None:
     assert config.apply({"managedLedgerCacheSizeMB": "16", "managedLedgerCacheEvictionTimeThresholdMillis": "0"}) == []
     assert config.managed_ledger_cache_size_mb == 16
     assert config.managed_ledger_cache_eviction_time_threshold_millis == 0
+
+
+@pytest.mark.parametrize(
+    ("pulsar", "field"),
+    [
+        ("managedLedgerCacheSizeMB", "managed_ledger_cache_size_mb"),
+        ("maxMessagePublishBufferSizeInMB", "max_message_publish_buffer_size_in_mb"),
+        ("defaultRetentionSizeInMB", "default_retention_size_in_mb"),
+    ],
+)
+def test_settings_named_in_megabytes_keep_pulsars_spelling(pulsar: str, field: str) -> None:
+    """Pulsar writes these with "MB": the README table, the ``--<settingName>`` flags and the admin API's
+    configuration use that spelling, and the camelCase of the field ("Mb") is still accepted."""
+    import argparse
+
+    from magnetar.cli.node import add_setting_flags, setting_flags
+
+    names = {f.name: pulsar_name(f) for f in settings()}
+    assert names[field] == pulsar
+    assert pulsar in BrokerConfig().to_pulsar_dict()
+    parser = argparse.ArgumentParser()
+    add_setting_flags(parser)
+    assert setting_flags(parser.parse_args([f"--{pulsar}", "7"])) == {field: "7"}
+    config = BrokerConfig()
+    assert config.apply({pulsar[:-2] + "Mb": "9"}) == []
+    assert getattr(config, field) == 9
