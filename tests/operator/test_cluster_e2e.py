@@ -258,9 +258,17 @@ def test_scaling_bookies_down_decommissions_the_highest_bookie(harness: Harness)
         return obj and obj["status"]["bookies"]["desired"] == 3 and not obj["status"].get("decommission") and obj
 
     harness.wait(done, "bookie-3 decommissioned", timeout=600)
-    reasons = [(r, m) for r, m in harness.events(NAME) if r in ("Decommissioning", "Decommissioned")]
-    assert ("Decommissioning", "bookie demo-bookie-3 set read-only before scale-down") in reasons, reasons
-    assert ("Decommissioned", "bookie demo-bookie-3 decommissioned, its PVCs deleted") in reasons, reasons
+    wanted = {("Decommissioning", "bookie demo-bookie-3 set read-only before scale-down"),
+              ("Decommissioned", "bookie demo-bookie-3 decommissioned, its PVCs deleted")}  # fmt: skip
+
+    def reasons() -> list[tuple[str, str]]:
+        return [(r, m) for r, m in harness.events(NAME) if r in ("Decommissioning", "Decommissioned")]
+
+    # kopf posts events from its own queue, so the status patch can land before the last event does.
+    try:
+        harness.wait(lambda: wanted <= set(reasons()), "the decommission events", timeout=60)
+    except AssertionError:
+        raise AssertionError(reasons()) from None
     pvcs = {p["metadata"]["name"] for p in harness.objects("PersistentVolumeClaim")}
     assert "journal-demo-bookie-3" not in pvcs and "ledgers-demo-bookie-2" in pvcs
     result = harness.client(AUTORECOVERY)
