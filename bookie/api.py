@@ -129,10 +129,26 @@ class FutureAdds(abc.ABC):
 
 
 class CallbackAdds(FutureAdds):
-    """Adds with a callback (:meth:`add_entry_async`, no future per add); :meth:`add_entry_nowait` wraps it
+    """Adds with a callback (:meth:`add_parts_async`, no future per add); :meth:`add_entry_nowait` wraps it
     in a future. Mixed into the in-process bookie and its local client."""
 
     @abc.abstractmethod
+    def add_parts_async(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        last_add_confirmed: int,
+        head: bytes,
+        data: bytes,
+        recovery: bool,
+        done: Waiter,
+    ) -> None:
+        """Start one add of the stored entry ``head + data`` (kept and written as the two buffers, never
+        joined: ``head`` is the digest header, ``data`` the entry's one copy, shared with the managed
+        ledger's cache): ``done(None)`` once it is durable, else ``done(error)``; called on the event loop,
+        never from here (errors found at once are raised)."""
+
     def add_entry_async(
         self,
         ledger_id: int,
@@ -143,8 +159,8 @@ class CallbackAdds(FutureAdds):
         recovery: bool,
         done: Waiter,
     ) -> None:
-        """Start one add: ``done(None)`` once the entry is durable, else ``done(error)``; called on the event
-        loop, never from here (errors found at once are raised)."""
+        """:meth:`add_parts_async` of a stored entry in one piece."""
+        self.add_parts_async(ledger_id, entry_id, master_key, last_add_confirmed, b"", data, recovery, done)
 
     def add_entry_nowait(
         self,
@@ -156,5 +172,7 @@ class CallbackAdds(FutureAdds):
         recovery: bool = False,
     ) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.add_entry_async(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery, partial(settle, fut))
+        self.add_parts_async(
+            ledger_id, entry_id, master_key, last_add_confirmed, b"", data, recovery, partial(settle, fut)
+        )
         return fut

@@ -35,7 +35,7 @@ from .config import BookieConfig
 from .dirlock import DirLock
 from .index import LedgerState
 from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
-from .storage import LedgerStorage
+from .storage import LedgerStorage, WriteCache, stored_size
 from .throttle import AddThrottle, consume, tell
 
 log = logging.getLogger(__name__)
@@ -82,10 +82,11 @@ class Bookie(CallbackAdds):
             direct_io=config.entry_log_direct_io,
         )
         self._ledgers: dict[int, LedgerState] = {}
-        # Write cache: ledger -> entry -> data, and the snapshot a running checkpoint is flushing.
-        self._cache: dict[int, dict[int, bytes]] = {}
+        # Write cache: ledger -> entry -> stored entry as (head, data), and the snapshot a running
+        # checkpoint is flushing.
+        self._cache: WriteCache = {}
         self._cache_bytes = 0
-        self._flushing: dict[int, dict[int, bytes]] | None = None
+        self._flushing: WriteCache | None = None
         self._flush_fut: asyncio.Future[None] | None = None
         # Ledgers whose state changed without an entry in the cache (fence, new key), and deletes,
         # both waiting for the next checkpoint.
@@ -196,8 +197,8 @@ class Bookie(CallbackAdds):
                     entries = cache[lid] = {}
                 old = entries.get(eid)
                 if old is not None:
-                    self._cache_bytes -= len(old)
-                entries[eid] = data
+                    self._cache_bytes -= len(old[0]) + len(old[1])
+                entries[eid] = (b"", data)
                 self._cache_bytes += len(data)
             elif rtype == REC_KEY:
                 if lid not in ledgers:
@@ -260,25 +261,28 @@ class Bookie(CallbackAdds):
         self.journal.append(REC_KEY, ledger_id, -1, -1, master_key).add_done_callback(consume)
         return st
 
-    def add_entry_async(
+    def add_parts_async(
         self,
         ledger_id: int,
         entry_id: int,
         master_key: bytes,
         last_add_confirmed: int,
+        head: bytes,
         data: bytes,
         recovery: bool,
         done: Waiter,
     ) -> None:
-        """Accept one entry: ``done(None)`` once it is durable in the journal, else ``done(error)``; called
-        on the event loop, never from here. Raises at once on a wrong key, a fenced ledger or a read-only /
-        stopped bookie. The hot path of every local publish: no future or extra loop callback per add."""
+        """Accept the entry ``head + data``: ``done(None)`` once it is durable in the journal, else
+        ``done(error)``; called on the event loop, never from here. Raises at once on a wrong key, a fenced
+        ledger or a read-only / stopped bookie. The hot path of every local publish: no future or extra
+        loop callback per add, and the two parts are journaled and cached as they are (never joined)."""
         self._check_writable()
-        args = (ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+        args = (ledger_id, entry_id, master_key, last_add_confirmed, head, data, recovery)
         if self._throttled or self._cache_bytes >= self._cache_max:
             self.throttle.hold(self._loop, args).add_done_callback(partial(tell, done))  # type: ignore[arg-type]
             return
-        self.journal.append_cb(REC_ADD, ledger_id, entry_id, last_add_confirmed, self._cache_add(*args), done)
+        data = self._cache_add(*args)
+        self.journal.append_cb(REC_ADD, ledger_id, entry_id, last_add_confirmed, data, done, head)
 
     def _check_writable(self) -> None:
         if not self._accepting:
@@ -286,10 +290,11 @@ class Bookie(CallbackAdds):
         if self._read_only or self._forced_read_only or self._storage_failed:
             raise BookieReadOnlyError(f"bookie {self.address} is read-only")
 
-    def _add_now(self, args: tuple[int, int, bytes, int, bytes, bool]) -> asyncio.Future[None]:
-        """A held-back add admitted: ``args`` as :meth:`add_entry_async` takes them."""
-        ledger_id, entry_id, _, last_add_confirmed, _, _ = args
-        return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, self._cache_add(*args))
+    def _add_now(self, args: tuple[int, int, bytes, int, bytes, bytes, bool]) -> asyncio.Future[None]:
+        """A held-back add admitted: ``args`` as :meth:`add_parts_async` takes them."""
+        ledger_id, entry_id, _, last_add_confirmed, head, _, _ = args
+        data = self._cache_add(*args)
+        return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data, head)
 
     def _cache_add(
         self,
@@ -297,11 +302,12 @@ class Bookie(CallbackAdds):
         entry_id: int,
         master_key: bytes,
         last_add_confirmed: int,
+        head: bytes,
         data: bytes,
         recovery: bool,
     ) -> bytes:
-        """Check the add against its ledger's state and put it in the write cache; returns the bytes
-        to journal. Keep it free of allocations it does not need: every add passes here."""
+        """Check the add against its ledger's state and put it in the write cache; returns the data to
+        journal after ``head``. Keep it free of allocations it does not need: every add passes here."""
         st = self._ledgers.get(ledger_id)
         if st is None:
             st = self._new_ledger(ledger_id, master_key)
@@ -320,9 +326,9 @@ class Bookie(CallbackAdds):
             entries = self._cache[ledger_id] = {}
         old = entries.get(entry_id)
         if old is not None:
-            self._cache_bytes -= len(old)
-        entries[entry_id] = data
-        self._cache_bytes += len(data)
+            self._cache_bytes -= len(old[0]) + len(old[1])
+        entries[entry_id] = (head, data)
+        self._cache_bytes += len(head) + len(data)
         if self._cache_bytes >= self._cache_max:
             self._ckpt_wake.set()  # checkpoint now rather than at the next tick
         return data
@@ -363,16 +369,19 @@ class Bookie(CallbackAdds):
         more = False
         eid = first
         while eid <= last:
-            data = cached.get(eid) if cached is not None else None
-            if data is None and flushing is not None:
-                data = flushing.get(eid)
-            loc = None
-            if data is None:
+            parts = cached.get(eid) if cached is not None else None
+            if parts is None and flushing is not None:
+                parts = flushing.get(eid)
+            loc = data = None
+            if parts is None:
                 loc = locations.lookup(eid) if locations is not None else None
                 if loc is None:
                     break
                 n = loc[2]
             else:
+                head, data = parts
+                if head:
+                    data = head + data  # a read of a cached entry joins it (adds never do)
                 n = len(data)
             if budget >= 0:
                 size += n + _READ_ENTRY_OVERHEAD
@@ -444,7 +453,7 @@ class Bookie(CallbackAdds):
         self._ledgers.pop(ledger_id, None)
         entries = self._cache.pop(ledger_id, None)
         if entries:
-            self._cache_bytes -= sum(map(len, entries.values()))
+            self._cache_bytes -= stored_size(entries.values())
         self._dirty.discard(ledger_id)
         self._pending_deletes.add(ledger_id)
 
@@ -494,7 +503,7 @@ class Bookie(CallbackAdds):
 
     def _flush(
         self,
-        snapshot: dict[int, dict[int, bytes]],
+        snapshot: WriteCache,
         states: dict[int, LedgerState],
         deleted: list[int],
         mark: JournalPosition,
@@ -512,7 +521,7 @@ class Bookie(CallbackAdds):
     def _flush_done(
         self,
         fut: asyncio.Future[None],
-        snapshot: dict[int, dict[int, bytes]],
+        snapshot: WriteCache,
         dirty: set[int],
         deleted: list[int],
         mark: JournalPosition,
@@ -534,10 +543,10 @@ class Bookie(CallbackAdds):
                 if lid not in self._ledgers:
                     continue
                 current = self._cache.setdefault(lid, {})
-                for eid, data in entries.items():
+                for eid, parts in entries.items():
                     if eid not in current:
-                        current[eid] = data
-                        self._cache_bytes += len(data)
+                        current[eid] = parts
+                        self._cache_bytes += len(parts[0]) + len(parts[1])
             self._dirty |= {lid for lid in dirty if lid in self._ledgers}
             self._pending_deletes |= set(deleted)
             return

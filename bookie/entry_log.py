@@ -163,16 +163,24 @@ class EntryLogWriter:
             raise
         self.log_id, self._fd, self._pos = log_id, fd, _FILE_HDR.size
 
-    def add_many(self, ledger_id: int, entry_ids: list[int], datas: list[bytes]) -> tuple[array, list[int], set[int]]:
+    def add_many(
+        self, ledger_id: int, entry_ids: list[int], datas: list[bytes], heads: list[bytes] | None = None
+    ) -> tuple[array, list[int], set[int]]:
         """Buffer entries of one ledger; returns their locations, crc32c values and the logs used.
 
+        With ``heads``, entry ``i`` is ``heads[i] + datas[i]``, written as the two buffers (the write
+        cache keeps an add's digest header apart from its data: nothing is joined to be written).
         The locations are valid only once :meth:`sync` has returned.
 
         A location is ``log_id << 32 | offset of the data``. The per-entry work runs in C
         (``map``/``accumulate``): a checkpoint holds the GIL as briefly as possible.
         """
-        crcs = list(map(crc32c, datas))
-        lens = list(map(len, datas))
+        if heads is None:
+            crcs = list(map(crc32c, datas))
+            lens = list(map(len, datas))
+        else:
+            crcs = list(map(crc32c, datas, map(crc32c, heads)))
+            lens = list(map(add, map(len, heads), map(len, datas)))
         headers = list(map(ENTRY_HEADER.pack, lens, crcs, repeat(ledger_id), entry_ids))
         ends = list(accumulate(map(add, lens, repeat(ENTRY_HEADER_SIZE))))  # relative record ends
         locs = array("q")
@@ -190,9 +198,15 @@ class EntryLogWriter:
                 map(add, lens[i : j - 1], repeat(ENTRY_HEADER_SIZE)), initial=(self.log_id << 32) + self._pos
             )
             locs.extend(map(add, starts, repeat(ENTRY_HEADER_SIZE)))
-            parts: list[bytes] = [b""] * (2 * (j - i))
-            parts[0::2] = headers[i:j]
-            parts[1::2] = datas[i:j]
+            if heads is None:
+                parts: list[bytes] = [b""] * (2 * (j - i))
+                parts[0::2] = headers[i:j]
+                parts[1::2] = datas[i:j]
+            else:
+                parts = [b""] * (3 * (j - i))
+                parts[0::3] = headers[i:j]
+                parts[1::3] = heads[i:j]
+                parts[2::3] = datas[i:j]
             self._parts.extend(parts)
             size = ends[j - 1] - before
             self._pos += size

@@ -286,29 +286,37 @@ class Journal:
         self._thread.start()
         self._tasks.spawn(self._watch(), name="journal-watchdog")
 
-    def append(self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes) -> asyncio.Future[None]:
+    def append(
+        self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes, head: bytes = b""
+    ) -> asyncio.Future[None]:
         """Queue one record; the future resolves once it is fdatasync'ed (event loop thread only)."""
         fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
-        self.append_cb(rtype, ledger_id, entry_id, lac, data, partial(settle, fut))
+        self.append_cb(rtype, ledger_id, entry_id, lac, data, partial(settle, fut), head)
         return fut
 
-    def append_cb(self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes, done: Waiter) -> None:
+    def append_cb(
+        self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes, done: Waiter, head: bytes = b""
+    ) -> None:
         """:meth:`append` with a callback instead of a future (the publish hot path: no future and no
-        extra loop callback per record). ``done`` is called once, on the event loop, never from here."""
+        extra loop callback per record). ``done`` is called once, on the event loop, never from here.
+
+        The record's data is ``head + data``, never joined: ``head`` (small: an entry's digest header)
+        goes into the group's buffer, a big ``data`` is written from its own bytes."""
         if self._failed is not None or self._stopping:
             raise BookieUnavailableError(f"journal is not writable: {self._failed or 'closing'}")
-        tail = _REC_TAIL.pack(len(data), rtype, ledger_id, entry_id, lac)
-        crc = crc32c(data, crc32c(tail))
+        tail = _REC_TAIL.pack(len(head) + len(data), rtype, ledger_id, entry_id, lac)
+        crc = crc32c(data, crc32c(head, crc32c(tail)))
         with self._lock:
             buf = self._tail
             buf += _CRC.pack(crc)
             buf += tail
+            buf += head
             if len(data) < _INLINE_MAX:
                 buf += data
             else:
                 self._tail = bytearray()
                 self._parts += (data, self._tail)
-            self._size_queued += REC_HEADER_SIZE + len(data)
+            self._size_queued += REC_HEADER_SIZE + len(head) + len(data)
             self._futs.append(done)
             if self._size_queued >= self.group_max_bytes:
                 self._sealed.append(self._cut())

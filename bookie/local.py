@@ -23,18 +23,20 @@ class LocalBookieClient(CallbackAdds, BookieClient):
             raise BookieUnavailableError(f"client of {self.address} is closed")
         return self._bookie
 
-    def add_entry_async(
+    def add_parts_async(
         self,
         ledger_id: int,
         entry_id: int,
         master_key: bytes,
         last_add_confirmed: int,
+        head: bytes,
         data: bytes,
         recovery: bool,
         done: Waiter,
     ) -> None:
-        """Fastest path: ``done(None | error)`` once durable, no future per add (see :meth:`Bookie.add_entry_async`)."""
-        self._check().add_entry_async(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery, done)
+        """Fastest path: ``done(None | error)`` once durable, no future per add and no joined copy of the
+        stored entry (see :meth:`Bookie.add_parts_async`)."""
+        self._check().add_parts_async(ledger_id, entry_id, master_key, last_add_confirmed, head, data, recovery, done)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         return await self._check().read_entries(ledger_id, first, last)

@@ -148,17 +148,32 @@ def encode_add_body(
     recovery: bool = False,
     acks: bool = True,
 ) -> bytes:
-    """An ADD request without its frame header: encoded once per entry, shared by all its replicas
-    (each request then costs only :func:`add_header`); ``acks``: the client takes ADD_ACKS."""
+    """An ADD request without its frame header (:func:`encode_add_parts` joined)."""
+    return b"".join(encode_add_parts(ledger_id, entry_id, master_key, lac, b"", data, recovery, acks))
+
+
+def encode_add_parts(
+    ledger_id: int,
+    entry_id: int,
+    master_key: bytes,
+    lac: int,
+    head: bytes,
+    data: bytes,
+    recovery: bool = False,
+    acks: bool = True,
+) -> tuple[bytes, bytes]:
+    """The body of an ADD request of the stored entry ``head + data``, as ``(fields + key + head, data)``:
+    ``data`` is not copied into the request. Encoded once per entry, shared by all its replicas (each
+    request then costs only :func:`add_header`); ``acks``: the client takes ADD_ACKS."""
     flags = (FLAG_RECOVERY if recovery else 0) | (FLAG_ACKS if acks else 0)
-    return ADD_FIXED.pack(ledger_id, entry_id, lac, flags, len(master_key)) + master_key + data
+    return ADD_FIXED.pack(ledger_id, entry_id, lac, flags, len(master_key)) + master_key + head, data
 
 
 _HEADER_PACK = HEADER.pack
 
 
 def add_header(request_id: int, body_size: int) -> bytes:
-    """The frame header of an ADD request whose body (:func:`encode_add_body`) has ``body_size`` bytes."""
+    """The frame header of an ADD request whose body (:func:`encode_add_parts`) has ``body_size`` bytes."""
     return _HEADER_PACK(HEADER_REST + body_size, PROTOCOL_VERSION, OP_ADD, request_id)
 
 

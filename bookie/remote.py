@@ -203,14 +203,17 @@ class _Connection(asyncio.Protocol):
         if entry is not None:
             self.pending_bytes -= entry[3]
 
-    def send_add(self, rid: int, body: bytes, callback: AddCallback, token: Any, deadline: float | None) -> None:
-        """Write an add (hot path: its header, then the shared body; the flush joins them);
+    def send_add(
+        self, rid: int, body: tuple[bytes, bytes], callback: AddCallback, token: Any, deadline: float | None
+    ) -> None:
+        """Write an add (hot path: its header, then the shared body's two parts; the flush joins them);
         ``deadline`` None: the add timeout from this loop turn."""
         if not self.flush_scheduled:
             self._schedule_flush()
             if self.sweeper is None:
                 self.sweeper = self._loop.call_later(_SWEEP_S, self._sweep)
-        n = len(body)
+        fields, data = body
+        n = len(fields) + len(data)
         self.pending[rid] = (
             _OP_ADD,
             callback,
@@ -220,8 +223,7 @@ class _Connection(asyncio.Protocol):
         )
         self.pending_bytes += n + _HEADER_SIZE
         out = self.out
-        out.append(_ADD_HEADER(rid, n))
-        out.append(body)
+        out += (_ADD_HEADER(rid, n), fields, data)
 
     def send(self, op: int, rid: int, frame: bytes, fut: asyncio.Future[Any]) -> None:
         """Write any other request (bounded by its caller's ``wait_for``)."""
@@ -498,15 +500,15 @@ class RemoteBookieClient(FutureAdds, BookieClient):
         """Send one add; ``callback(token, error)`` runs once, error None when the bookie has it
         durably (called from the connection's ``data_received``, a sweep timer or a connection
         loss, never from here: a closed client raises instead)."""
-        body = p.encode_add_body(ledger_id, entry_id, master_key, last_add_confirmed, data, recovery)
+        body = p.encode_add_parts(ledger_id, entry_id, master_key, last_add_confirmed, b"", data, recovery)
         self.add_encoded_cb(body, callback, token)
 
     #: Encodes an add for :meth:`add_encoded_cb` (once per entry for all the bookies it goes to;
     #: flagged: this client reads ADD_ACKS).
-    encode_add_body = staticmethod(p.encode_add_body)
+    encode_add_parts = staticmethod(p.encode_add_parts)
 
-    def add_encoded_cb(self, body: bytes, callback: AddCallback, token: Any) -> None:
-        """:meth:`add_entry_cb` with the request already encoded by :meth:`encode_add_body`."""
+    def add_encoded_cb(self, body: tuple[bytes, bytes], callback: AddCallback, token: Any) -> None:
+        """:meth:`add_entry_cb` with the request already encoded by :meth:`encode_add_parts`."""
         loop = self._loop_of()
         rid = next(self._ids) & 0xFFFFFFFF or self._next_rid()
         conn = self._conn

@@ -30,9 +30,16 @@ def master_key(password: bytes) -> bytes:
     return hashlib.sha256(b"magnetar-ledger:" + password).digest()
 
 
+def frame_header(ledger_id: int, entry_id: int, total_length: int, data: bytes) -> bytes:
+    """The header :func:`frame` puts before ``data``. The add path keeps the two apart (the journal, the
+    bookie's write cache, its entry log and the ADD request write header and data as separate buffers),
+    so an entry's bytes are never copied just to be framed."""
+    return _HEADER.pack(total_length, crc32c(data, crc32c(_IDS.pack(ledger_id, entry_id, total_length))))
+
+
 def frame(ledger_id: int, entry_id: int, total_length: int, data: bytes) -> bytes:
-    crc = crc32c(data, crc32c(_IDS.pack(ledger_id, entry_id, total_length)))
-    return _HEADER.pack(total_length, crc) + data
+    """The stored entry in one piece: :func:`frame_header` + ``data``."""
+    return frame_header(ledger_id, entry_id, total_length, data) + data
 
 
 def unframe(ledger_id: int, entry_id: int, stored: bytes) -> tuple[bytes, int]:

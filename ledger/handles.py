@@ -67,18 +67,21 @@ class _UnknownBookie(BookieClient):
 
 
 class _PendingAdd:
-    __slots__ = ("acked", "acks", "callback", "entry_id", "future", "mask", "started", "stored", "total_length")
+    __slots__ = ("acked", "acks", "callback", "data", "entry_id", "future", "head", "mask", "started", "total_length")
 
     def __init__(
         self,
         entry_id: int,
-        stored: bytes,
+        head: bytes,
+        data: bytes,
         total_length: int,
         future: asyncio.Future[int] | None,
         callback: AppendCallback | None,
     ) -> None:
         self.entry_id = entry_id
-        self.stored = stored
+        # The stored entry is head + data, never joined here: the bookie clients write the two parts.
+        self.head = head
+        self.data = data
         self.total_length = total_length
         #: Exactly one of the two is set: the future of :meth:`append_nowait`, or the callback of
         #: :meth:`append_async` (told directly: no future and no done-callback hop per entry).
@@ -102,15 +105,16 @@ def _slot_lists(clients: tuple[BookieClient, ...]) -> tuple[list[Any], ...]:
     """Per ensemble slot: the client, and the cheapest add it offers.
 
     RemoteBookieClient.add_encoded_cb takes an entry encoded once for all its replicas and calls the
-    slot's callback straight from its connection (no future); LocalBookieClient.add_entry_async calls
-    back from the journal (no future either); add_entry_nowait returns a future (no task); anything
-    else gets a task.
+    slot's callback straight from its connection (no future); LocalBookieClient.add_parts_async calls
+    back from the journal (no future either); both take the digest header and the data as two buffers.
+    add_entry_nowait returns a future (no task); anything else gets a task (these two get the stored
+    entry joined).
     """
     return (
         list(clients),
         [getattr(c, "add_encoded_cb", None) for c in clients],
-        [getattr(c, "encode_add_body", None) for c in clients],
-        [getattr(c, "add_entry_async", None) for c in clients],
+        [getattr(c, "encode_add_parts", None) for c in clients],
+        [getattr(c, "add_parts_async", None) for c in clients],
         [getattr(c, "add_entry_nowait", None) for c in clients],
     )
 
@@ -281,8 +285,8 @@ class LedgerWriteHandle(WriteHandle):
         self._next_entry = eid + 1
         total = self._pending_length + len(data)
         self._pending_length = total
-        stored = digest.frame(self.ledger_id, eid, total, data)
-        op = _PendingAdd(eid, stored, total, future, callback)
+        head = digest.frame_header(self.ledger_id, eid, total, data)
+        op = _PendingAdd(eid, head, data, total, future, callback)
         pending = self._pending
         if pending is _NO_ADDS:
             pending = self._pending = collections.deque()
@@ -296,7 +300,7 @@ class LedgerWriteHandle(WriteHandle):
         lid, key, lac, recovery = self.ledger_id, self._master_key, self._lac, self._recovery
         md = self.metadata
         E = md.ensemble_size
-        eid, stored = op.entry_id, op.stored
+        eid, head, data = op.entry_id, op.head, op.data
         gens = self._slot_gen
         encoder = body = None
         for i in range(md.write_quorum):
@@ -306,18 +310,20 @@ class LedgerWriteHandle(WriteHandle):
                 if add_cb is not None:
                     if self._encoders[idx] is not encoder:  # once per entry (per wire format)
                         encoder = self._encoders[idx]
-                        body = encoder(lid, eid, key, lac, stored, recovery)
+                        body = encoder(lid, eid, key, lac, head, data, recovery)
                     add_cb(body, self._slot_done[idx], op)
                     continue
                 if (cb_add := self._async[idx]) is not None:
-                    cb_add(lid, eid, key, lac, stored, recovery, partial(self._on_replica_result, op, idx, gens[idx]))
+                    cb_add(
+                        lid, eid, key, lac, head, data, recovery, partial(self._on_replica_result, op, idx, gens[idx])
+                    )
                     continue
                 nowait = self._nowait[idx]
                 if nowait is not None:
-                    fut = nowait(lid, eid, key, lac, stored, recovery)
+                    fut = nowait(lid, eid, key, lac, head + data, recovery)
                 else:
                     fut = asyncio.ensure_future(
-                        self._clients[idx].add_entry(lid, eid, key, lac, stored, recovery=recovery)
+                        self._clients[idx].add_entry(lid, eid, key, lac, head + data, recovery=recovery)
                     )
             except BookieError as e:
                 self._on_replica_result(op, idx, gens[idx], e)
@@ -325,14 +331,14 @@ class LedgerWriteHandle(WriteHandle):
             fut.add_done_callback(partial(self._on_add_done, op, idx, gens[idx]))
 
     def _send_to(self, op: _PendingAdd, idx: int) -> None:
-        lid, eid, stored, recovery = self.ledger_id, op.entry_id, op.stored, self._recovery
+        lid, eid, head, data, recovery = self.ledger_id, op.entry_id, op.head, op.data, self._recovery
         gen = self._slot_gen[idx]
         nowait = self._nowait[idx]
         try:
             add_cb = self._cb_adds[idx]
             if add_cb is not None:
                 add_cb(
-                    self._encoders[idx](lid, eid, self._master_key, self._lac, stored, recovery),
+                    self._encoders[idx](lid, eid, self._master_key, self._lac, head, data, recovery),
                     self._slot_done[idx],
                     op,
                 )
@@ -343,16 +349,17 @@ class LedgerWriteHandle(WriteHandle):
                     eid,
                     self._master_key,
                     self._lac,
-                    stored,
+                    head,
+                    data,
                     recovery,
                     partial(self._on_replica_result, op, idx, gen),
                 )
                 return
             if nowait is not None:
-                fut = nowait(lid, eid, self._master_key, self._lac, stored, recovery)
+                fut = nowait(lid, eid, self._master_key, self._lac, head + data, recovery)
             else:
                 fut = asyncio.ensure_future(
-                    self._clients[idx].add_entry(lid, eid, self._master_key, self._lac, stored, recovery=recovery)
+                    self._clients[idx].add_entry(lid, eid, self._master_key, self._lac, head + data, recovery=recovery)
                 )
         except BookieError as e:
             self._on_replica_result(op, idx, gen, e)
@@ -528,9 +535,9 @@ class LedgerWriteHandle(WriteHandle):
             client = self._client_of(address)
             self._clients[idx] = client
             self._cb_adds[idx] = getattr(client, "add_encoded_cb", None)
-            self._encoders[idx] = getattr(client, "encode_add_body", None)
+            self._encoders[idx] = getattr(client, "encode_add_parts", None)
             self._nowait[idx] = getattr(client, "add_entry_nowait", None)
-            self._async[idx] = getattr(client, "add_entry_async", None)
+            self._async[idx] = getattr(client, "add_parts_async", None)
             if isinstance(self._failed, set):
                 self._failed.discard(idx)
         self.ensemble_changes += 1

@@ -14,20 +14,21 @@ from pathlib import Path
 
 from magnetar.bookie.index import LedgerState
 from magnetar.bookie.journal import JournalPosition
-from magnetar.bookie.storage import GIL_SLICE, LedgerStorage
+from magnetar.bookie.storage import GIL_SLICE, LedgerStorage, WriteCache
 
 N = 200_000
 
 
-def _snapshot(base: int) -> dict[int, dict[int, bytes]]:
+def _snapshot(base: int) -> WriteCache:
     """One contiguous ledger and one striped one (every other entry id, as with E > Qw)."""
     return {
-        1: {e: b"%08d" % e * 20 for e in range(base, base + N)},
-        2: {e: b"%08d" % e * 20 for e in range(base, base + N, 2)},
+        # Stored as the write cache keeps an add: (digest header, data), written as two parts.
+        1: {e: (b"%08d" % e, b"%08d" % e * 19) for e in range(base, base + N)},
+        2: {e: (b"%08d" % e, b"%08d" % e * 19) for e in range(base, base + N, 2)},
     }
 
 
-def _longest_gil_wait(storage: LedgerStorage, snapshot: dict[int, dict[int, bytes]], seq: int) -> float:
+def _longest_gil_wait(storage: LedgerStorage, snapshot: WriteCache, seq: int) -> float:
     """Flush on a thread while this one (the "event loop") asks for the GIL every 0.2 ms."""
     last = max(snapshot[1])
     states = {1: LedgerState(b"k", lac=last, last_entry=last), 2: LedgerState(b"k", lac=last - 1, last_entry=last - 1)}
@@ -86,14 +87,14 @@ def test_flush_passes_at_most_a_slice_of_entries_at_a_time(tmp_path: Path) -> No
     sizes: list[int] = []
     add_many = storage.writer.add_many
 
-    def spy(ledger_id: int, entry_ids: list[int], datas: list[bytes]) -> object:
+    def spy(ledger_id: int, entry_ids: list[int], datas: list[bytes], heads: list[bytes] | None = None) -> object:
         sizes.append(len(entry_ids))
-        return add_many(ledger_id, entry_ids, datas)
+        return add_many(ledger_id, entry_ids, datas, heads)
 
     storage.writer.add_many = spy  # type: ignore[method-assign]
     n = 3 * GIL_SLICE + 5
     try:
-        storage.flush({1: {e: b"x" for e in range(n)}}, {1: LedgerState(b"k")}, [], JournalPosition(1, 1))
+        storage.flush({1: {e: (b"", b"x") for e in range(n)}}, {1: LedgerState(b"k")}, [], JournalPosition(1, 1))
         assert sizes == [GIL_SLICE, GIL_SLICE, GIL_SLICE, 5]
         assert storage.index.lookup(1, n - 1) is not None
     finally:

@@ -21,6 +21,7 @@ from magnetar.bookie.api import (
     BookieReadOnlyError,
     BookieUnauthorizedError,
     BookieUnavailableError,
+    settle,
 )
 from magnetar.bookie.bookie import Bookie
 from magnetar.bookie.config import BookieConfig
@@ -91,6 +92,32 @@ async def test_round_trips(served: tuple[Bookie, BookieServer]) -> None:
         await c.close()
     with pytest.raises(BookieUnavailableError):
         await c.read_last_add_confirmed(10)
+
+
+def test_add_parts_carry_the_data_uncopied_and_encode_the_joined_request() -> None:
+    data = bytes(range(256)) * 512
+    head = b"H" * 12
+    fields, rest = p.encode_add_parts(3, 4, KEY, 2, head, data, recovery=True)
+    assert rest is data
+    assert fields + rest == p.encode_add_body(3, 4, KEY, 2, head + data, recovery=True)
+    assert p.decode_add(fields + rest) == (3, 4, 2, True, KEY, head + data)
+
+
+async def test_adds_sent_as_parts_store_the_joined_entry(served: tuple[Bookie, BookieServer]) -> None:
+    """What the write handle sends: the digest header and the data as two buffers, one request."""
+    _, server = served
+    c = _client(server)
+    loop = asyncio.get_running_loop()
+    try:
+        datas = [bytes([e]) * (100 + 70_000 * e) for e in range(3)]
+        futs = [loop.create_future() for _ in datas]
+        for e, d in enumerate(datas):
+            c.add_encoded_cb(c.encode_add_parts(8, e, KEY, e - 1, b"head%d" % e, d), settle, futs[e])
+        await asyncio.wait_for(asyncio.gather(*futs), 10)
+        got = await c.read_entries(8, 0, 2)
+        assert [d for _, d in got] == [b"head%d" % e + d for e, d in enumerate(datas)]
+    finally:
+        await c.close()
 
 
 async def test_unreachable_and_reconnect(served: tuple[Bookie, BookieServer], tmp_path: Path) -> None:

@@ -291,3 +291,19 @@ async def test_a_cancelled_append_does_not_stall_the_adds_behind_it(cluster: Clu
         ids = await asyncio.gather(*rest)
     assert ids == [1, 2, 3, 4, 5]
     await h.close()
+
+
+async def test_an_append_reaches_the_bookies_without_a_copy(cluster: Cluster) -> None:
+    """The write handle hands each bookie the appended bytes themselves with the digest header beside
+    them (no framed copy): one copy of an entry while it is in flight and in the write caches."""
+    client, _ = cluster.client()
+    h = await client.create_ledger(STRIPED)
+    big = bytes(range(256)) * 512
+    assert await h.append(big) == 0
+    ensemble = h.metadata.ensembles[0][1]  # type: ignore[attr-defined]
+    for address in ensemble[:2]:  # entry 0's write set
+        head, kept = cluster.bookie(address)._cache[h.ledger_id][0]
+        assert kept is big
+        assert head + kept == digest.frame(h.ledger_id, 0, len(big), big)
+    assert [e.data for e in await h.read(0, 0)] == [big]
+    await h.close()
