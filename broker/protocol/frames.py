@@ -38,10 +38,15 @@ class ChecksumMismatchError(Exception):
 
 @dataclass(slots=True)
 class Frame:
-    """One decoded frame: the command and, for SEND/MESSAGE, the entry bytes that follow it."""
+    """One decoded frame: the command and, for SEND/MESSAGE, the entry bytes that follow it.
+
+    The entry is the one copy of those bytes the broker keeps (journal, bookie write cache, entry
+    cache): ``bytes`` copied out of the shared read buffer, or the ``bytearray`` a big entry was read
+    into, handed on as it is and never written again.
+    """
 
     command: pb.BaseCommand
-    entry: bytes | None
+    entry: bytes | bytearray | None
 
 
 #: Reads at a frame boundary land in one buffer shared by every connection of the process: a read is
@@ -57,18 +62,21 @@ class FrameDecoder:
     straight into :meth:`get_buffer`, :meth:`buffer_updated` returns the frames completed.
 
     A read starts in the shared scratch buffer; a frame it leaves unfinished moves (its bytes so far) to a
-    buffer of this decoder sized to the whole frame, and the following reads fill exactly that frame. A big
-    SEND is thus copied once on its way in (its entry, out of the buffer) instead of three times (the
-    transport's ``bytes`` per read, the reassembly buffer, the entry).
+    buffer of this decoder, and the following reads fill exactly that frame. When its command is already
+    all there (the usual case: commands are small), the command is decoded at once and the buffer is the
+    entry alone, handed on as the frame's entry once full: a big SEND is read into the one buffer the
+    broker keeps of it, with no copy at all. Otherwise the buffer holds the whole frame and the entry is
+    copied out of it on completion, as from the scratch buffer.
     """
 
-    __slots__ = ("_filled", "_pending", "_sized", "max_frame_size")
+    __slots__ = ("_command", "_filled", "_pending", "_sized", "max_frame_size")
 
     def __init__(self, max_frame_size: int) -> None:
         self.max_frame_size = max_frame_size
-        self._pending: memoryview | None = None  # the unfinished frame's buffer
+        self._pending: memoryview | None = None  # the unfinished frame's buffer (or its entry's)
         self._filled = 0  # bytes of it received
         self._sized = False  # the buffer fits the frame exactly (else it waits for the frame's length)
+        self._command: pb.BaseCommand | None = None  # set: the buffer is the entry of this command's frame
 
     def get_buffer(self) -> memoryview:
         """Where the next read goes (never empty)."""
@@ -89,6 +97,10 @@ class FrameDecoder:
         filled = self._filled = self._filled + nbytes
         if self._sized and filled < len(pending):
             return []  # the frame is still incomplete (no work per partial read)
+        command = self._command
+        if command is not None:  # the entry's own buffer is full: it is the entry (no copy)
+            self._pending, self._filled, self._command = None, 0, None
+            return [Frame(command, pending.obj)]  # type: ignore[arg-type]  # a bytearray made by _keep
         frames, used = self._split(pending[:filled])
         self._pending, self._filled = None, 0
         if used < filled:  # only a header buffer ends before its frame does: now sized to the frame
@@ -108,13 +120,23 @@ class FrameDecoder:
         return frames
 
     def _keep(self, head: memoryview) -> None:
-        """Keep the first bytes of an unfinished frame in a buffer that fits the whole frame."""
+        """Keep the first bytes of an unfinished frame: its entry's in a buffer of the entry's size when the
+        command is complete, else all of them in a buffer that fits the whole frame."""
         size = _HEADER_ROOM
         sized = len(head) >= 4
         if sized:
             (total,) = _U32.unpack_from(head, 0)
             self._check_size(total)
             size = 4 + total
+            if len(head) >= 8:
+                start = 8 + _U32.unpack_from(head, 4)[0]  # where the entry starts
+                if start < size and start <= len(head):
+                    self._command = _decode_command(head[4:start], total)
+                    entry = memoryview(bytearray(size - start))
+                    got = len(head) - start
+                    entry[:got] = head[start:]
+                    self._pending, self._filled, self._sized = entry, got, True
+                    return
         buf = memoryview(bytearray(size))
         buf[: len(head)] = head
         self._pending, self._filled, self._sized = buf, len(head), sized
@@ -141,9 +163,16 @@ class FrameDecoder:
 
 
 def _decode_frame(frame: memoryview) -> Frame:
+    command = _decode_command(frame, len(frame))
+    start = 4 + _U32.unpack_from(frame, 0)[0]
+    return Frame(command, bytes(frame[start:]) if start < len(frame) else None)
+
+
+def _decode_command(frame: memoryview, total: int) -> pb.BaseCommand:
+    """The command of a frame of ``total`` bytes (after its length) whose first bytes are ``frame``."""
     (cmd_size,) = _U32.unpack_from(frame, 0)
-    if cmd_size == 0 or cmd_size > len(frame) - 4:
-        raise FrameError(f"invalid command size {cmd_size} in frame of {len(frame)} bytes")
+    if cmd_size == 0 or cmd_size > total - 4:
+        raise FrameError(f"invalid command size {cmd_size} in frame of {total} bytes")
     command = pb.BaseCommand()
     try:
         # Merge, not Parse: a command of a type we do not know still decodes (with ``type`` unset)
@@ -151,11 +180,10 @@ def _decode_frame(frame: memoryview) -> Frame:
         command.MergeFromString(frame[4 : 4 + cmd_size])
     except Exception as exc:  # protobuf raises DecodeError; any parse failure is a framing error
         raise FrameError(f"cannot decode command: {exc}") from exc
-    rest = len(frame) - 4 - cmd_size
-    return Frame(command, bytes(frame[4 + cmd_size :]) if rest else None)
+    return command
 
 
-def verify_entry(entry: bytes) -> bytes:
+def verify_entry(entry: bytes | bytearray) -> bytes | bytearray:
     """Check an entry's crc32c and return the bytes to store (``0x0e01`` header included).
 
     Entries sent without a checksum (protocol < v6) get one computed, so stored entries are

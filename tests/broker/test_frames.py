@@ -1,4 +1,5 @@
-"""FrameDecoder: frames split anywhere across reads decode the same; entries are the frame's own bytes."""
+"""FrameDecoder: frames split anywhere across reads decode the same; entries are the frame's own bytes
+(copied out of the shared read buffer, or the decoder's own buffer a big entry was read into)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_frames_split_at_any_byte_decode_alike() -> None:
         assert [f.command.type for f in frames] == [T.PING, T.SEND, T.SEND, T.SEND]
         assert frames[0].entry is None
         for frame, (_, entry) in zip(frames[1:], parts, strict=True):
-            assert type(frame.entry) is bytes and frame.entry == entry
+            assert type(frame.entry) in (bytes, bytearray) and frame.entry == entry
             assert verify_entry(frame.entry) is frame.entry  # stored as it came, no copy
 
 
@@ -57,7 +58,52 @@ def test_buffered_reads_of_any_size_decode_alike() -> None:
         assert not rest
         assert [f.command.type for f in frames] == [T.PING, *[T.SEND] * len(parts), T.PING]
         for frame, (_, entry) in zip(frames[1:-1], parts, strict=True):
-            assert type(frame.entry) is bytes and frame.entry == entry
+            assert type(frame.entry) in (bytes, bytearray) and frame.entry == entry
+
+
+def test_a_big_entry_is_handed_on_in_the_buffer_it_was_read_into() -> None:
+    """A frame cut after its command: its entry is read into a buffer of its own, which becomes the
+    frame's entry as it is (no copy). A frame complete in the shared scratch buffer is copied out of it."""
+    small, small_entry = _send_frame(1, b"s" * 100)
+    big, big_entry = _send_frame(2, bytes(range(256)) * 2000)
+    stream = memoryview(small + big)
+    decoder = FrameDecoder(1 << 21)
+    first = len(small) + len(big) // 3
+    buf = decoder.get_buffer()
+    buf[:first] = stream[:first]
+    (done,) = decoder.buffer_updated(first)
+    assert type(done.entry) is bytes and done.entry == small_entry  # a copy: the scratch is reused
+    own = decoder.get_buffer()
+    assert len(own) == len(stream) - first  # exactly the rest of the big entry
+    buffers = set()
+    frames = []
+    rest = stream[first:]
+    while rest:  # bounded: every read fills at least one byte
+        buf = decoder.get_buffer()
+        buffers.add(id(buf.obj))
+        n = min(len(buf), len(rest), 50_000)
+        buf[:n] = rest[:n]
+        frames += decoder.buffer_updated(n)
+        rest = rest[n:]
+    (frame,) = frames
+    assert frame.command.send.sequence_id == 2
+    assert frame.entry is own.obj and buffers == {id(own.obj)}
+    assert type(frame.entry) is bytearray and frame.entry == big_entry
+    assert verify_entry(frame.entry) is frame.entry
+    assert decoder.get_buffer().obj is not own.obj  # the decoder lets go of it: never written again
+
+
+def test_a_big_frame_cut_inside_its_command_is_copied_out_once_complete() -> None:
+    big, big_entry = _send_frame(3, b"b" * 100_000)
+    # Cut before the command size or inside the command: the frame's buffer holds it all, the entry is
+    # copied out. Cut before the length: the next read fills a small header buffer first, which then
+    # holds the command, so the entry gets its own buffer after all.
+    for cut, kind in ((6, bytes), (9, bytes), (2, bytearray)):
+        decoder = FrameDecoder(1 << 21)
+        frames, rest = _read_into(decoder, memoryview(big), [cut, 1 << 20, 1 << 20])
+        assert not rest
+        (frame,) = frames
+        assert type(frame.entry) is kind and frame.entry == big_entry
 
 
 def test_byte_by_byte_reads_decode() -> None:
