@@ -315,7 +315,7 @@ class Bookie(CallbackAdds):
             raise BookieUnauthorizedError(f"wrong master key for ledger {ledger_id}")
         if st.fenced and not recovery:
             raise BookieFencedError(f"ledger {ledger_id} is fenced")
-        if type(data) is memoryview:
+        if not isinstance(data, (bytes, bytearray)):
             # A view may be of a buffer its owner reuses. bytes, and the bytearray a big entry was read
             # into by the broker (never written again), are the entry's one copy: kept as they are.
             data = bytes(data)

@@ -46,7 +46,7 @@ class Frame:
     """
 
     command: pb.BaseCommand
-    entry: bytes | bytearray | None
+    entry: bytes | None  # bytes or bytearray (typed bytes: the two are used alike downstream)
 
 
 #: Reads at a frame boundary land in one buffer shared by every connection of the process: a read is
@@ -183,7 +183,7 @@ def _decode_command(frame: memoryview, total: int) -> pb.BaseCommand:
     return command
 
 
-def verify_entry(entry: bytes | bytearray) -> bytes | bytearray:
+def verify_entry(entry: bytes) -> bytes:
     """Check an entry's crc32c and return the bytes to store (``0x0e01`` header included).
 
     Entries sent without a checksum (protocol < v6) get one computed, so stored entries are
