@@ -303,7 +303,7 @@ class Bookie(CallbackAdds):
         master_key: bytes,
         last_add_confirmed: int,
         head: bytes,
-        data: bytes,
+        data: bytes | memoryview,
         recovery: bool,
     ) -> bytes:
         """Check the add against its ledger's state and put it in the write cache; returns the data to
@@ -315,7 +315,7 @@ class Bookie(CallbackAdds):
             raise BookieUnauthorizedError(f"wrong master key for ledger {ledger_id}")
         if st.fenced and not recovery:
             raise BookieFencedError(f"ledger {ledger_id} is fenced")
-        if not isinstance(data, (bytes, bytearray)):
+        if type(data) is memoryview:
             # A view may be of a buffer its owner reuses. bytes, and the bytearray a big entry was read
             # into by the broker (never written again), are the entry's one copy: kept as they are.
             data = bytes(data)

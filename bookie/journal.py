@@ -304,19 +304,19 @@ class Journal:
         goes into the group's buffer, a big ``data`` is written from its own bytes."""
         if self._failed is not None or self._stopping:
             raise BookieUnavailableError(f"journal is not writable: {self._failed or 'closing'}")
-        tail = _REC_TAIL.pack(len(head) + len(data), rtype, ledger_id, entry_id, lac)
-        crc = crc32c(data, crc32c(head, crc32c(tail)))
+        n = len(data)
+        tail = _REC_TAIL.pack(len(head) + n, rtype, ledger_id, entry_id, lac) + head
+        crc = crc32c(data, crc32c(tail))
         with self._lock:
             buf = self._tail
             buf += _CRC.pack(crc)
             buf += tail
-            buf += head
-            if len(data) < _INLINE_MAX:
+            if n < _INLINE_MAX:
                 buf += data
             else:
                 self._tail = bytearray()
                 self._parts += (data, self._tail)
-            self._size_queued += REC_HEADER_SIZE + len(head) + len(data)
+            self._size_queued += _CRC.size + len(tail) + n
             self._futs.append(done)
             if self._size_queued >= self.group_max_bytes:
                 self._sealed.append(self._cut())

@@ -131,7 +131,7 @@ class FrameDecoder:
             if len(head) >= 8:
                 start = 8 + _U32.unpack_from(head, 4)[0]  # where the entry starts
                 if start < size and start <= len(head):
-                    self._command = _decode_command(head[4:start], total)
+                    self._command = _decode_frame(head[4:start]).command  # the frame without its entry
                     entry = memoryview(bytearray(size - start))
                     got = len(head) - start
                     entry[:got] = head[start:]
@@ -163,16 +163,9 @@ class FrameDecoder:
 
 
 def _decode_frame(frame: memoryview) -> Frame:
-    command = _decode_command(frame, len(frame))
-    start = 4 + _U32.unpack_from(frame, 0)[0]
-    return Frame(command, bytes(frame[start:]) if start < len(frame) else None)
-
-
-def _decode_command(frame: memoryview, total: int) -> pb.BaseCommand:
-    """The command of a frame of ``total`` bytes (after its length) whose first bytes are ``frame``."""
     (cmd_size,) = _U32.unpack_from(frame, 0)
-    if cmd_size == 0 or cmd_size > total - 4:
-        raise FrameError(f"invalid command size {cmd_size} in frame of {total} bytes")
+    if cmd_size == 0 or cmd_size > len(frame) - 4:
+        raise FrameError(f"invalid command size {cmd_size} in frame of {len(frame)} bytes")
     command = pb.BaseCommand()
     try:
         # Merge, not Parse: a command of a type we do not know still decodes (with ``type`` unset)
@@ -180,7 +173,8 @@ def _decode_command(frame: memoryview, total: int) -> pb.BaseCommand:
         command.MergeFromString(frame[4 : 4 + cmd_size])
     except Exception as exc:  # protobuf raises DecodeError; any parse failure is a framing error
         raise FrameError(f"cannot decode command: {exc}") from exc
-    return command
+    rest = len(frame) - 4 - cmd_size
+    return Frame(command, bytes(frame[4 + cmd_size :]) if rest else None)
 
 
 def verify_entry(entry: bytes) -> bytes:
