@@ -79,17 +79,23 @@ class LedgerCache:
         ``inclusive``); returns the bytes freed and whether no such entry is left."""
         entries = self._entries
         overhead = self._manager.entry_overhead
+        popitem = entries.popitem
         freed = 0
         done = True
+        # Every cached entry passes here once: pop first and put back the one entry that stays (no
+        # iterator per entry, one comparison for an entry before ``pos``).
         while entries:
-            first = next(iter(entries))
-            if first > pos or (first == pos and not inclusive):
-                break
             if limit == 0:
-                done = False
+                first = next(iter(entries))
+                done = first > pos or (first == pos and not inclusive)
+                break
+            key, data = popitem(False)
+            if key >= pos and (key > pos or not inclusive):
+                entries[key] = data
+                entries.move_to_end(key, last=False)
                 break
             limit -= 1
-            freed += len(entries.popitem(last=False)[1]) + overhead
+            freed += len(data) + overhead
         self._account(freed)
         return freed, done
 
