@@ -88,6 +88,12 @@ def _strict_message_metadata() -> type[Message]:
 
 #: Same fields and accessors as ``pb.MessageMetadata`` (hence typed as it); only the parse is stricter.
 _StrictMessageMetadata = cast("type[pb.MessageMetadata]", _strict_message_metadata())
+#: Parses into one reused message before a fresh one replaces it. A reused message saves an allocation per
+#: SEND (~0.3 µs); upb keeps each parse's data in the message's arena until the message is freed, so
+#: reuse is bounded (at most this many metadata copies held).
+SCRATCH_PARSES = 256
+_scratch = _StrictMessageMetadata()
+_scratch_parses = 0
 
 
 def check_message_metadata(entry: bytes) -> None:
@@ -100,9 +106,13 @@ def check_message_metadata(entry: bytes) -> None:
     One C-level parse with the strict schema copy checks decoding and UTF-8 at once; only a refused
     entry is decoded again, with the protocol's own class, to name what is wrong.
     """
+    global _scratch, _scratch_parses
     (size,) = _U32.unpack_from(entry, 6)
-    raw = memoryview(entry)[10 : 10 + size]
-    metadata = _StrictMessageMetadata()
+    raw = entry[10 : 10 + size]  # a copy of a few dozen bytes costs less than a memoryview and its slice
+    _scratch_parses += 1
+    if _scratch_parses >= SCRATCH_PARSES:
+        _scratch, _scratch_parses = _StrictMessageMetadata(), 0
+    metadata = _scratch
     try:
         metadata.ParseFromString(raw)
     except Exception as exc:  # DecodeError (garbage or invalid UTF-8), or anything else upb raises
@@ -117,7 +127,7 @@ def check_message_metadata(entry: bytes) -> None:
             raise InvalidMetadataError(f"Invalid batch: {count} messages in {limit * MIN_BATCHED_MESSAGE_SIZE} bytes")
 
 
-def _why_invalid(raw: memoryview, exc: Exception) -> str:
+def _why_invalid(raw: bytes, exc: Exception) -> str:
     """The message for metadata the strict parse refused: the string field holding invalid UTF-8, if that was it."""
     metadata = pb.MessageMetadata()
     try:

@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.protocol import validate
 from magnetar.broker.protocol.validate import InvalidMetadataError, check_message_metadata
 
 
@@ -74,3 +75,17 @@ def test_batch_claiming_more_messages_than_its_bytes_hold_is_refused() -> None:
     with pytest.raises(InvalidMetadataError, match="Invalid batch"):
         check_message_metadata(_entry(m.SerializeToString(), b"x" * 60))
     check_message_metadata(_entry(_meta(num_messages_in_batch=10).SerializeToString(), b"x" * 60))
+
+
+def test_each_check_judges_only_its_own_metadata() -> None:
+    """The parse message is reused between SENDs: nothing of an earlier entry may count for a later one."""
+    complete = _entry(_meta(num_messages_in_batch=1000).SerializeToString(), b"x" * 6000)
+    partial = _entry(pb.MessageMetadata(producer_name="p", sequence_id=1).SerializePartialToString())
+    batch_lie = _entry(_meta(num_messages_in_batch=1000).SerializeToString(), b"x" * 60)
+    for _ in range(validate.SCRATCH_PARSES + 2):  # across the reused message's replacement too
+        check_message_metadata(complete)
+        with pytest.raises(InvalidMetadataError, match="missing publish_time"):
+            check_message_metadata(partial)
+        check_message_metadata(complete)
+        with pytest.raises(InvalidMetadataError, match="Invalid batch"):
+            check_message_metadata(batch_lie)
