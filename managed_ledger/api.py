@@ -12,7 +12,8 @@ import abc
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple
+from functools import partial
+from typing import NamedTuple, cast
 
 
 class Position(NamedTuple):
@@ -23,6 +24,11 @@ class Position(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}"
+
+
+#: ``make_position((ledger_id, entry_id))``: a :class:`Position` built in C, for per-entry hot paths (calling
+#: the class runs NamedTuple's ``__new__``, Python code: ~2x the cost).
+make_position = cast("Callable[[tuple[int, int]], Position]", partial(tuple.__new__, Position))
 
 
 #: Where an asynchronous add's outcome goes: ``(position, None)`` or ``(None, error)``.

@@ -31,6 +31,7 @@ from magnetar.managed_ledger.api import (
     ManagedLedgerError,
     ManagedLedgerFencedError,
     Position,
+    make_position,
 )
 from magnetar.managed_ledger.metadata import LedgerInfo
 from magnetar.managed_ledger.storage import LedgerStorage, now_ms
@@ -269,15 +270,21 @@ class LedgerWriter:
         exc: BaseException | None,
     ) -> None:
         """An issued add ended: confirm it, retry it on the next ledger, or fail it."""
-        self._inflight_done()
+        # Runs once per entry: the success path calls nothing it does not need.
+        self._inflight -= 1
+        if not self._inflight and self._drain_waiters:
+            self._tell_drained()
         if exc is None:
             assert entry_id is not None
-            pos = Position(cur.ledger_id, entry_id)
+            pos = make_position((cur.ledger_id, entry_id))
             if entry_id >= cur.entries:
                 cur.entries = entry_id + 1
             cur.size += len(data)
             self._host.entry_added(pos, data)
-            _finish(item, callback, pos, None)
+            if callback is not None:
+                callback(pos, None)
+            else:
+                _finish(item, None, pos, None)
             return
         if isinstance(exc, LedgerFencedError):
             self._host.fence("the current ledger was fenced by another owner")
@@ -307,13 +314,12 @@ class LedgerWriter:
         self._retry.append(item)  # failures complete in issue order, so retries keep it
         self._start_rollover()
 
-    def _inflight_done(self) -> None:
-        self._inflight -= 1
-        if self._inflight == 0 and self._drain_waiters:
-            waiters, self._drain_waiters = self._drain_waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+    def _tell_drained(self) -> None:
+        """No append is in flight any more: wake :meth:`_wait_drained`."""
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     async def _wait_drained(self) -> None:
         """Wait until no append is in flight."""
