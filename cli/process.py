@@ -58,8 +58,12 @@ def stop_on_signals() -> asyncio.Event:
 #: Cyclic-GC thresholds of the server processes (Python's defaults: 700, 10, 10). A full collection
 #: walks every tracked object (entry caches, indexes, cursors: hundreds of thousands under load), and with
 #: the defaults it ran often enough to cost ~8 µs of a ~33 µs non-batched publish; the hot paths make
-#: almost no cyclic garbage, so full collections are made rare and young ones less frequent.
-GC_THRESHOLDS = (10_000, 10, 1_000)
+#: almost no cyclic garbage, so full collections are made rare and young ones less frequent. The young
+#: generation is kept well above what a publish pipeline holds in flight (~10 tracked objects per SEND
+#: awaiting its receipt, 1,000 SENDs per connection by default): at 10,000 a young collection ran ~10 times
+#: a second under one non-batched producer, each walking and promoting the in-flight SENDs (~1 µs per
+#: message); at 50,000 about once in 6 s (docs/benchmarks.md, "Non-batched publish, round 4").
+GC_THRESHOLDS = (50_000, 10, 1_000)
 
 #: How long the thread holding the GIL may keep it while another thread waits for it (Python's default
 #: is 5 ms). The event loop thread is busy under load, and every other thread of a server (the journal

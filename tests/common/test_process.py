@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+from magnetar.broker.config import BrokerConfig
 from magnetar.cli.process import GC_THRESHOLDS, SWITCH_INTERVAL_S, run_event_loop
 
 
@@ -23,6 +24,13 @@ def test_event_loop_runs_with_the_server_gc_thresholds() -> None:
         assert GC_THRESHOLDS[2] >= 100 * 10  # full collections at most a hundredth as often as the default
     finally:
         gc.set_threshold(*before)
+
+
+def test_young_generation_holds_more_than_a_connections_sends_in_flight() -> None:
+    """Each SEND awaiting its receipt holds ~10 tracked objects (slot, partials, pending add, callbacks);
+    a young generation no bigger than that window was collected ~10 times a second under one producer."""
+    in_flight = BrokerConfig().max_pending_publish_requests_per_connection * 10
+    assert GC_THRESHOLDS[0] >= 5 * in_flight
 
 
 def test_event_loop_runs_with_a_short_gil_switch_interval() -> None:
