@@ -103,11 +103,12 @@ def on_send(conn: ServerConnection, cmd: T, frame: Frame) -> None:
         log.warning("closing connection from %s: SEND for producer %d, not ready", conn.peer, s.producer_id)
         conn.close()
         return
-    if frame.entry is None:
+    entry = frame.entry
+    if entry is None:
         conn.write(commands.send_error(s.producer_id, s.sequence_id, pb.UnknownError, "Message has no payload"))
         return
     try:
-        data = verify_entry(frame.entry)
+        data = verify_entry(entry)
     except ChecksumMismatchError as exc:
         log.warning("checksum error from %s on %s: %s", conn.peer, producer.topic.name, exc)
         conn.write(commands.send_error(s.producer_id, s.sequence_id, pb.ChecksumError, str(exc)))
@@ -125,13 +126,14 @@ def on_send(conn: ServerConnection, cmd: T, frame: Frame) -> None:
     if len(data) - 6 > conn.config.max_message_size and not s.is_chunk:
         conn.write(commands.send_error(s.producer_id, s.sequence_id, pb.NotAllowedError, "Exceed maximum message size"))
         return
-    highest = s.highest_sequence_id
-    if not highest and s.num_messages > 1:
+    # Each field read is a C call: every one is read once.
+    sequence_id, highest, num_messages = s.sequence_id, s.highest_sequence_id, s.num_messages
+    if not highest and num_messages > 1:
         # Clients that batch without highest_sequence_id (the C++ client) number a batch's messages
         # upwards from sequence_id; first + n - 1 never exceeds the true highest, so it is a safe
         # bound for deduplication and for the last_sequence_id a reconnecting producer resumes after.
-        highest = s.sequence_id + s.num_messages - 1
-    producer.topic.publish(producer, s.sequence_id, highest, s.num_messages, data)
+        highest = sequence_id + num_messages - 1
+    producer.topic.publish(producer, sequence_id, highest, num_messages, data)
 
 
 def on_close_producer(conn: ServerConnection, cmd: T, frame: Frame) -> None:

@@ -239,7 +239,8 @@ class PersistentTopic:
         self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, data: bytes
     ) -> None:
         """Append one entry (a message or a whole batch); the receipt is sent once it is durable."""
-        slot = producer.enqueue(sequence_id, highest_sequence_id, len(data))
+        size = len(data)
+        slot = producer.enqueue(sequence_id, highest_sequence_id, size)
         if self.terminated:
             producer.complete(slot, None, (pb.TopicTerminatedError, "Topic was already terminated"))
             return
@@ -255,8 +256,8 @@ class PersistentTopic:
             if verdict is Verdict.UNKNOWN:
                 producer.complete(slot, None, (pb.PersistenceError, "Duplicate message still being persisted"))
                 return
-        producer.meter.add(num_messages, len(data))
-        self.meter_in.add(num_messages, len(data))
+        producer.meter.add(num_messages, size)
+        self.meter_in.add(num_messages, size)
         # No task per publish: the managed ledger calls back once the entry is durable (or failed).
         self.ledger.add_entry_async(data, partial(self._persisted, producer, slot))
 
