@@ -442,6 +442,26 @@ async def test_cache_serves_tailing_reads(
     assert memory_client.reads == reads  # all from the cache
 
 
+async def test_adds_are_cached_only_while_a_cursor_may_read_them(
+    memory_factory: ManagedLedgerFactoryImpl, memory_client: MemoryLedgerClient
+) -> None:
+    """As Pulsar's OpAddEntry: no cursor, no caching (nobody reads the entry from memory; a cursor opened
+    later reads it from the ledger)."""
+    ml = await open_ml(memory_factory)
+    await add(ml, 20)
+    assert memory_factory.cache.size == 0
+    c = await ml.open_cursor("sub", InitialPosition.EARLIEST)
+    await add(ml, 30)
+    assert memory_factory.cache.size > 0
+    reads = memory_client.reads
+    assert len(await c.read_entries(100)) == 50  # the first 20 from the ledger, the rest from the cache
+    assert memory_client.reads > reads
+    reads = memory_client.reads
+    await add(ml, 10)
+    assert len(await c.read_entries(100)) == 10
+    assert memory_client.reads == reads
+
+
 async def test_time_based_rollover(factory: ManagedLedgerFactoryImpl) -> None:
     ml = await open_ml(factory, max_ledger_rollover_seconds=0.05)
     await ml.open_cursor("sub", InitialPosition.EARLIEST)  # keeps the data from being trimmed
