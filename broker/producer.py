@@ -91,11 +91,12 @@ class Producer:
         slot.error = error
         pending = self.pending
         assert pending is not None  # slot came from enqueue()
-        write = self.connection.write
+        connection = self.connection
+        write, publish_done = connection.write, connection.publish_done
         pid = self.producer_id
         while pending and (pending[0].position is not None or pending[0].error is not None):
             s = pending.popleft()
-            self.connection.publish_done(s.size)
+            publish_done(s.size)
             if self.closed:
                 continue
             if s.error is not None:
