@@ -92,6 +92,11 @@ log = logging.getLogger(__name__)
 #: Seconds between checks for a topic that does not exist yet (``waitingForNonExistedTopic``).
 WAIT_POLL_S = 1.0
 
+#: Seconds a running stream keeps its topics' partitions (pattern matches, partition counts) between
+#: ``latestOffset`` calls before looking them up again: Spark calls it every 10 ms while a query is idle
+#: (``spark.sql.streaming.pollingDelay``), and a lookup per call was a third of the source's polling cost.
+TOPIC_REFRESH_S = 1.0
+
 #: Columns of every row besides the payload's (built without a JVM: planning runs in a Python worker).
 META_FIELDS = [
     StructField("__key", StringType()),
@@ -351,6 +356,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner = _Planner(opts, schema)
         self.ceiling: dict[str, str] | None = None
         self._initial: dict[str, str] | None = None
+        self._resolved: tuple[float, list[str]] | None = None  # (when, topic partitions) for latestOffset
 
     def initialOffset(self) -> dict[str, str]:
         # Spark asks twice when a query starts (its source and its offset log); the second answer must be
@@ -388,7 +394,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:  # Spark 4.0/4.1 API: no start, no limit -> everything available now
             limit = ReadAllAvailable()
         begin = load_offset(start or {})
-        parts = self.planner.topic_partitions()
+        parts = self._topic_partitions()
         ends = self.planner.ends(parts)
         # New partitions/topics (growing partition count, pattern matches) start at their beginning.
         target: Offset = {p: max(ends[p], begin.get(p, EARLIEST)) for p in parts}
@@ -424,6 +430,14 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             result[p] = stop
         return to_json_dict(result)
+
+    def _topic_partitions(self) -> list[str]:
+        """The topics' partitions, looked up again once ``TOPIC_REFRESH_S`` has passed (new partitions and
+        pattern matches are read from then on, from their beginning)."""
+        now = time.monotonic()
+        if self._resolved is None or now - self._resolved[0] >= TOPIC_REFRESH_S:
+            self._resolved = (now, self.planner.topic_partitions())
+        return self._resolved[1]
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
         return self.planner.plan(load_offset(start), load_offset(end))

@@ -263,3 +263,54 @@ def test_topic_reloaded_during_a_read_gives_each_row_once(standalone: Standalone
         planner.close()
     assert unloaded
     assert len(values) == len(set(values)) == 900
+
+
+def _put_partitions(broker: StandaloneProcess, topic: str, n: int, method: str = "PUT") -> None:
+    req = urllib.request.Request(
+        f"{broker.http_url}/admin/v2/persistent/{topic[13:]}/partitions",
+        data=str(n).encode(),
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(req, timeout=10).close()
+
+
+def test_running_stream_resolves_its_topics_once_a_refresh_interval(
+    standalone: StandaloneProcess, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark asks a running stream for its latest offset every 10 ms while idle: the topics' partitions are
+    looked up again once ``TOPIC_REFRESH_S`` has passed, not on every call; a grown topic is read then."""
+    from magnetar.spark import datasource
+    from magnetar.spark.admin import Admin
+    from magnetar.spark.datasource import PulsarStreamReader
+    from magnetar.spark.options import SourceOptions
+
+    _put_partitions(standalone, topic_name, 2)
+    _produce(standalone.service_url, topic_name, 4)
+    lookups: list[str] = []
+    real = Admin.partitions
+
+    def counted(self: Admin, topic: str) -> int:
+        lookups.append(topic)
+        return real(self, topic)
+
+    monkeypatch.setattr(Admin, "partitions", counted)
+    monkeypatch.setattr(datasource, "TOPIC_REFRESH_S", 2.0)
+    opts = {"service.url": standalone.service_url, "admin.url": standalone.http_url, "topic": topic_name}
+    reader = PulsarStreamReader(SourceOptions.parse({**opts, "startingOffsets": "earliest"}, streaming=True))
+    try:
+        start = reader.initialOffset()
+        lookups.clear()
+        began = time.monotonic()
+        for _ in range(20):
+            latest = reader.latestOffset(start, None)
+        assert time.monotonic() - began < 2.0, "the calls took too long for this test to tell"
+        assert len(lookups) <= 1
+        assert sorted(latest) == [f"{topic_name}-partition-{i}" for i in range(2)]
+        _put_partitions(standalone, topic_name, 3, method="POST")
+        _produce(standalone.service_url, f"{topic_name}-partition-2", 1)
+        time.sleep(2.1)
+        latest = reader.latestOffset(start, None)
+        assert f"{topic_name}-partition-2" in latest
+    finally:
+        reader.stop()
