@@ -10,10 +10,12 @@ of each kind on a topic with as many partitions): rows per wall-clock second and
 the driver, Spark's JVM and its Python processes together (medians), and each part's CPU seconds.
 
 Then the steady state (``--steady-rounds``): one streaming query (``--trigger`` processing-time interval),
-started once and warmed up on a backlog of ``--warmup`` messages, then per round ``--messages`` more
-produced *while it runs* by a separate producer process (not counted), timed from the producer's first send
-until the query has reported all of them processed (a query reports a micro-batch's progress after its
-commit-log entry). Its idle cost (CPU per second with nothing to read) is measured before the rounds.
+started once and warmed up (a backlog of ``--warmup`` messages, then ``--steady-warmup-batches`` small
+micro-batches, for at most ``--timeout`` s: the JVM's JIT compiles the code Spark runs once per micro-batch
+only after a hundred or more), then per round ``--messages`` more produced *while it runs* by a separate
+producer process (not counted), timed from the producer's first send until the query has reported all of
+them processed (a query reports a micro-batch's progress after its commit-log entry). Its idle cost (CPU
+per second with nothing to read) is measured before the rounds.
 """
 
 from __future__ import annotations
@@ -291,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="batch reads and streams timed, alternately")
     p.add_argument("--steady-rounds", type=int, default=3, help="steady-state rounds of a running stream (0: none)")
     p.add_argument("--trigger", default="0 seconds", help="the steady stream's processing-time trigger interval")
+    p.add_argument(
+        "--steady-warmup-batches", type=int, default=150, help="micro-batches the steady stream runs before it is timed"
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any one wait may take")
     p.add_argument("--produce-to", help=argparse.SUPPRESS)  # internal: the steady state's producer process
     args = p.parse_args(argv)
@@ -378,6 +383,7 @@ def _steady(
     query = reader.writeStream.format("noop").trigger(processingTime=args.trigger).start()
     try:
         ProgressCounter(query).wait_for(args.warmup, args.timeout)  # the backlog: at least one micro-batch
+        _run_batches(query, args.service_url, conn["topic"], args.steady_warmup_batches, args.timeout)
         idle_s = 3.0
         cpu = spark_cpu()
         time.sleep(idle_s)
@@ -389,6 +395,25 @@ def _steady(
         return runs, idle
     finally:
         query.stop()
+
+
+def _run_batches(query: Any, service_url: str, topic: str, batches: int, timeout: float) -> None:
+    """Have the running ``query`` run ``batches`` small micro-batches (1000 messages each), or as many as
+    ``timeout`` s allow: the JVM compiles the code Spark runs once per micro-batch only after it ran often."""
+    import pulsar
+
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000)
+        counter = ProgressCounter(query)
+        deadline = time.monotonic() + timeout
+        while counter.batches < batches and time.monotonic() < deadline:
+            for _ in range(1000):
+                producer.send_async(b"w" * 100, None)
+            producer.flush()
+            counter.wait_for(counter.rows + 1000, timeout, interval=0.01)
+    finally:
+        client.close()
 
 
 def _steady_result(
