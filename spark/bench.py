@@ -206,14 +206,17 @@ class Producer:
         self.stdin.write("go\n")
         self.stdin.flush()
 
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
     def seconds(self) -> float:
         """Wait for the producer to finish (this reaps it); its seconds from the first send to the last ack."""
         try:
             line = _read_line(self.stdout, self.timeout)
             self.proc.wait(timeout=self.timeout)
         except BaseException:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+            self.kill()
             raise
         if self.proc.returncode != 0:
             raise RuntimeError(f"the producer process failed ({self.proc.returncode})")
@@ -247,8 +250,12 @@ def steady_round(query: Any, producer: Producer, rows: int, timeout: float) -> d
     the running ``query`` has reported ``rows`` more rows processed; the producer's own seconds beside."""
     counter = ProgressCounter(query)
     cpu, start = spark_cpu((producer.pid,)), time.perf_counter()
-    producer.go()
-    counter.wait_for(rows, timeout)
+    try:
+        producer.go()
+        counter.wait_for(rows, timeout)
+    except BaseException:
+        producer.kill()
+        raise
     wall, cpu_end = time.perf_counter() - start, spark_cpu((producer.pid,))  # before the producer is reaped
     produce_s = producer.seconds()
     return {
