@@ -47,13 +47,25 @@ async def write(h: LedgerWriteHandle, first: int, last: int) -> None:
     await asyncio.wait_for(asyncio.gather(*(h.append(data(h.ledger_id, i)) for i in range(first, last + 1))), 10)
 
 
+async def on_bookie(client: BookieLedgerClient, bookie: str) -> LedgerWriteHandle:
+    """A new ledger whose ensemble includes ``bookie``: placement is random (3 of 5 bookies), and a test
+    whose ledgers all missed the lost bookie would have nothing to recover."""
+    for _ in range(100):
+        h = await client.create_ledger(STRIPED)
+        assert isinstance(h, LedgerWriteHandle)
+        if bookie in h.metadata.ensembles[0][1]:
+            return h
+        await h.close()
+        await client.delete_ledger(h.ledger_id)
+    raise AssertionError(f"no ensemble with {bookie} in 100 ledgers")
+
+
 async def make_ledgers(cluster: Cluster, lost: str) -> tuple[list[int], BookieLedgerClient]:
     """Closed ledgers on the lost bookie, one of them with two fragments."""
     client, faulty = cluster.client(faulty=True)
     ids = []
     for _ in range(3):
-        h = await client.create_ledger(STRIPED)
-        assert isinstance(h, LedgerWriteHandle)
+        h = await on_bookie(client, lost)
         await write(h, 0, 29)
         ids.append(h.ledger_id)
         if len(ids) == 1:  # an ensemble change away from some bookie other than the lost one
