@@ -10,12 +10,14 @@ Scenarios (all bounded in time or count):
 
 For every scenario the broker's CPU time (utime+stime of the broker process tree, from /proc) is read
 before and after the measured window, giving µs of broker CPU per message and messages per broker
-CPU-second. Clients run in separate processes (``spawn``) so that the measuring process stays idle and
-several producers can work in parallel: one Python producer process saturates at ~1.1 cores here.
+CPU-second; the broker tree's VmRSS is sampled every ~0.5 s during each row (median and peak MiB per
+row and over the run, and their Magnetar/pulsar-lite ratios). Clients run in separate processes
+(``spawn``) so that the measuring process stays idle and several producers can work in parallel: one
+Python producer process saturates at ~1.1 cores here.
 
 Run from the repository root. Modules: ``main`` (command line), ``brokers``, ``workers`` (client
-processes), ``scenarios`` (orchestration and measurement), ``procfs`` (CPU accounting), ``results``
-and ``report``. Examples::
+processes), ``scenarios`` (orchestration and measurement), ``procfs`` (CPU accounting), ``memory``
+(broker RSS sampling), ``results`` and ``report``. Examples::
 
     python -m benchmarks.bench --target pulsar-lite
     python -m benchmarks.bench --target both --json /tmp/bench.json

@@ -20,7 +20,8 @@ from typing import Any
 
 import benchmarks.bench
 from benchmarks.bench.brokers import Broker, ExternalBroker, MagnetarBroker, PulsarLiteBroker, pkg_version
-from benchmarks.bench.procfs import is_loopback, listening_addresses
+from benchmarks.bench.memory import MIB, SAMPLE_INTERVAL, RssSampler, rss_summary
+from benchmarks.bench.procfs import is_loopback, listening_addresses, tree_rss_bytes
 from benchmarks.bench.report import design_checks, fmt, format_checks, format_ratios, format_table, ratios
 from benchmarks.bench.results import Params, ScenarioResult, TargetResult
 from benchmarks.bench.scenarios import Bench, scenario_plan
@@ -107,13 +108,21 @@ class TargetRun:
     """One broker's part of a run: start it, run scenarios into ``result``, stop it.
 
     ``result`` is filled in place so that an interrupted run still reports what it measured; a broker
-    that fails to start or dies marks the target failed and skips its remaining scenarios.
+    that fails to start or dies marks the target failed and skips its remaining scenarios. The broker's
+    RSS is sampled in the background during each row (see ``benchmarks.bench.memory``).
     """
 
     def __init__(self, broker: Broker, params: Params, run_id: str) -> None:
         self.broker = broker
         self.bench = Bench(broker, params, run_id)
         self.result = TargetResult(target=broker.name, service_url=broker.service_url)
+        self.sampler_interval = SAMPLE_INTERVAL
+        self._rss_samples: list[int] = []  # every row's samples, for the whole-run figures
+
+    def rss_bytes(self) -> int | None:
+        """The broker process tree's VmRSS now, or None without a PID."""
+        pid = self.broker.pid
+        return tree_rss_bytes(pid) if pid else None
 
     def start(self) -> None:
         """Start the broker, check where it listens, measure its idle CPU."""
@@ -130,6 +139,8 @@ class TargetRun:
                 if wide:
                     print(f"[{b.name}] WARNING: listening beyond loopback: {wide}", flush=True)
             tr.idle_broker_cores = self.bench.idle_cores()
+            idle = self.rss_bytes()
+            tr.idle_rss_mib = idle / MIB if idle else None
         except Exception as exc:
             tr.pid, tr.error = b.pid, f"{exc}"
             print(f"[{b.name}] FAILED: {exc}", flush=True)
@@ -145,19 +156,38 @@ class TargetRun:
             print(f"[{b.name}] FAILED: {tr.error}", flush=True)
             return
         print(f"[{b.name}] {name} ...", flush=True)
+        sampler = RssSampler(self.rss_bytes, self.sampler_interval)
+        sampler.start()
         try:
             r = runner(self.bench)
         except Exception as exc:
             r = ScenarioResult(name, "?", 0, False, error=str(exc) or repr(exc))
+        finally:
+            samples = sampler.stop()
+        self._record_rss(r, samples)
         tr.scenarios.append(r)
         if r.error:
             print(f"[{b.name}] {name} FAILED: {r.error.strip().splitlines()[-1]}", flush=True)
         else:
             print(
                 f"[{b.name}] {name}: {r.messages:,} msgs, {r.msgs_per_s:,.0f} msg/s, broker "
-                f"{fmt(r.broker_us_per_msg, '.2f')} us/msg",
+                f"{fmt(r.broker_us_per_msg, '.2f')} us/msg, RSS median/peak {fmt(r.rss_median_mib, '.0f')}/"
+                f"{fmt(r.rss_peak_mib, '.0f')} MiB",
                 flush=True,
             )
+
+    def _record_rss(self, r: ScenarioResult, samples: list[int]) -> None:
+        """Put a row's RSS figures on the row, and update the run's."""
+        row = rss_summary(samples)
+        if row is not None:
+            r.rss_median_mib, r.rss_peak_mib = row
+            r.rss_samples = len(samples)
+        self._rss_samples += samples
+        run = rss_summary(self._rss_samples)
+        if run is not None:
+            tr = self.result
+            tr.rss_median_mib, tr.rss_peak_mib = run
+            tr.rss_samples = len(self._rss_samples)
 
     def stop(self) -> None:
         """Stop the broker (idempotent)."""

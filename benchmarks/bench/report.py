@@ -47,6 +47,8 @@ COLUMNS = [
     ("p99ms", 7, lambda r: fmt((r.latency_ms or {}).get("p99"), ".2f")),
     ("p99.9ms", 7, lambda r: fmt((r.latency_ms or {}).get("p99.9"), ".2f")),
     ("maxms", 7, lambda r: fmt((r.latency_ms or {}).get("max"), ".1f")),
+    ("rssMed", 6, lambda r: fmt(r.rss_median_mib, ".0f")),
+    ("rssPeak", 7, lambda r: fmt(r.rss_peak_mib, ".0f")),
     ("err", 4, lambda r: str(r.errors)),
 ]
 
@@ -72,6 +74,12 @@ def format_table(t: TargetResult) -> str:
             "throughput and latency there are suspect"
         )
     notes = [f"  {r.name}: {r.note}" for r in t.scenarios if r.note and not r.error]
+    if t.rss_samples:
+        lines.append(
+            f"broker RSS (MiB, process tree VmRSS every ~0.5 s during the rows): idle {fmt(t.idle_rss_mib, '.0f')}, "
+            f"whole run median {fmt(t.rss_median_mib, '.0f')} / peak {fmt(t.rss_peak_mib, '.0f')} "
+            f"({t.rss_samples} samples)"
+        )
     if notes:
         lines += ["notes:", *notes]
     return "\n".join(lines)
@@ -123,30 +131,42 @@ def format_checks(t: TargetResult, checks: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _div(x: float | None, y: float | None) -> float | None:
+    return x / y if x and y else None
+
+
 def ratios(a: TargetResult, b: TargetResult) -> list[dict[str, Any]]:
-    """Per-scenario ratios a/b of throughput, broker CPU per message and latency."""
+    """Per-scenario ratios a/b of throughput, broker CPU per message, latency and broker RSS (median and
+    peak), then a ``(whole run)`` row with the RSS ratios over all rows."""
     by_name = {r.name: r for r in b.scenarios if not r.error}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for ra in a.scenarios:
         rb = by_name.get(ra.name)
         if ra.error or rb is None:
             continue
-
-        def div(x: float | None, y: float | None) -> float | None:
-            return x / y if x and y else None
-
         la, lb = ra.latency_ms or {}, rb.latency_ms or {}
         rows.append(
             {
                 "scenario": ra.name,
-                "msgs_per_s": div(ra.msgs_per_s, rb.msgs_per_s),
-                "broker_us_per_msg": div(ra.broker_us_per_msg, rb.broker_us_per_msg),
-                "msgs_per_broker_cpu_s": div(ra.msgs_per_broker_cpu_s, rb.msgs_per_broker_cpu_s),
-                "p50": div(la.get("p50"), lb.get("p50")),
-                "p99": div(la.get("p99"), lb.get("p99")),
+                "msgs_per_s": _div(ra.msgs_per_s, rb.msgs_per_s),
+                "broker_us_per_msg": _div(ra.broker_us_per_msg, rb.broker_us_per_msg),
+                "msgs_per_broker_cpu_s": _div(ra.msgs_per_broker_cpu_s, rb.msgs_per_broker_cpu_s),
+                "p50": _div(la.get("p50"), lb.get("p50")),
+                "p99": _div(la.get("p99"), lb.get("p99")),
+                "rss_median": _div(ra.rss_median_mib, rb.rss_median_mib),
+                "rss_peak": _div(ra.rss_peak_mib, rb.rss_peak_mib),
                 "noisy": _noisy(ra) or _noisy(rb),
             }
         )
+    if rows and a.rss_samples and b.rss_samples:
+        whole: dict[str, Any] = dict.fromkeys(rows[0], None)
+        whole.update(
+            scenario="(whole run)",
+            rss_median=_div(a.rss_median_mib, b.rss_median_mib),
+            rss_peak=_div(a.rss_peak_mib, b.rss_peak_mib),
+            noisy=False,
+        )
+        rows.append(whole)
     return rows
 
 
@@ -154,13 +174,15 @@ def format_ratios(a: str, b: str, rows: list[dict[str, Any]]) -> str:
     """Ratio table; for throughput higher is better for ``a``, for CPU/msg and latency lower is."""
     lines = [
         f"== ratio {a}/{b} (same run, same parameters; msg/s and msg/CPU-s: >1 favours {a}; "
-        f"us/msg and latency: <1 favours {a})",
-        f"{'scenario':<22} {'msg/s':>8} {'brk-us/msg':>10} {'msg/brkCPU-s':>12} {'p50':>7} {'p99':>7}",
+        f"us/msg, latency and RSS: <1 favours {a})",
+        f"{'scenario':<22} {'msg/s':>8} {'brk-us/msg':>10} {'msg/brkCPU-s':>12} {'p50':>7} {'p99':>7}"
+        f" {'rss-med':>7} {'rss-peak':>8}",
     ]
     for r in rows:
         lines.append(
             f"{r['scenario']:<22} {fmt(r['msgs_per_s'], '.2f'):>8} {fmt(r['broker_us_per_msg'], '.2f'):>10}"
             f" {fmt(r['msgs_per_broker_cpu_s'], '.2f'):>12} {fmt(r['p50'], '.2f'):>7}"
-            f" {fmt(r['p99'], '.2f'):>7}{'  ! busy machine' if r['noisy'] else ''}"
+            f" {fmt(r['p99'], '.2f'):>7} {fmt(r.get('rss_median'), '.2f'):>7} {fmt(r.get('rss_peak'), '.2f'):>8}"
+            f"{'  ! busy machine' if r['noisy'] else ''}"
         )
     return "\n".join(lines)

@@ -58,6 +58,10 @@ class ScenarioResult:
     latency_from_schedule_ms: dict[str, float] | None = None
     #: Publish latency at the producer: send -> receipt (after the bookies' fsync), without the consumer.
     publish_latency_ms: dict[str, float] | None = None
+    #: Broker process tree VmRSS sampled every ~0.5 s during the row (fill phases included): median and peak MiB.
+    rss_median_mib: float | None = None
+    rss_peak_mib: float | None = None
+    rss_samples: int | None = None
     note: str = ""
     error: str | None = None
 
@@ -73,5 +77,11 @@ class TargetResult:
     listening: list[str] = field(default_factory=list)
     idle_broker_cores: float | None = None
     startup_s: float | None = None
+    #: Broker VmRSS right after start-up and the idle CPU measurement, MiB.
+    idle_rss_mib: float | None = None
+    #: Broker VmRSS over all rows of the run (every sample of every row): median and peak MiB.
+    rss_median_mib: float | None = None
+    rss_peak_mib: float | None = None
+    rss_samples: int | None = None
     scenarios: list[ScenarioResult] = field(default_factory=list)
     error: str | None = None
