@@ -20,9 +20,6 @@ import json
 import struct
 from typing import Any
 
-import fastavro
-from fastavro.schema import SchemaParseException
-
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 
@@ -76,6 +73,10 @@ def split_key_value(data: bytes) -> tuple[bytes, bytes]:
 
 def parse_avro(data: bytes) -> Any:
     """The Avro definition in ``data`` (JSON), validated by fastavro."""
+    # Imported by the first schema check, not by every broker (fastavro costs a few MiB resident).
+    import fastavro
+    from fastavro.schema import SchemaParseException
+
     try:
         definition = json.loads(data)
         fastavro.parse_schema(definition, _write_hint=False)

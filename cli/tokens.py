@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from magnetar.broker.auth import jwt_tokens
+from magnetar.broker.auth import jwt_algorithms
 from magnetar.broker.auth.keys import read_key_value
 from magnetar.cli.admin.values import parse_relative_time
 
@@ -28,13 +28,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     commands = p.add_subparsers(dest="tokens_command", required=True, metavar="COMMAND")
 
     c = commands.add_parser("create-secret-key", help="Create a new secret key")
-    c.add_argument("-a", "--signature-algorithm", default="HS256", choices=sorted(jwt_tokens.SECRET_ALGORITHMS))
+    c.add_argument("-a", "--signature-algorithm", default="HS256", choices=sorted(jwt_algorithms.SECRET_ALGORITHMS))
     c.add_argument("-o", "--output", help="Write the secret key to a file instead of stdout")
     c.add_argument("-b", "--base64", action="store_true", help="Encode the key in base64")
     c.set_defaults(run=_create_secret_key)
 
     c = commands.add_parser("create-key-pair", help="Create a new pair of keys public/private")
-    c.add_argument("-a", "--signature-algorithm", default="RS256", choices=jwt_tokens.KEY_PAIR_ALGORITHMS)
+    c.add_argument("-a", "--signature-algorithm", default="RS256", choices=jwt_algorithms.KEY_PAIR_ALGORITHMS)
     c.add_argument("--output-private-key", required=True, help="File where to write the private key")
     c.add_argument("--output-public-key", required=True, help="File where to write the public key")
     c.set_defaults(run=_create_key_pair)
@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "-a",
         "--signature-algorithm",
         default=None,
-        choices=jwt_tokens.RSA_ALGORITHMS,
+        choices=jwt_algorithms.RSA_ALGORITHMS,
         help="Algorithm for an RSA private key (default RS256; EC keys and secret keys imply theirs)",
     )
     c.add_argument("-s", "--subject", required=True, help="The 'subject' or 'principal' of the token")
@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         c.add_argument("-i", "--stdin", action="store_true", help="Read token from standard input")
         c.add_argument("-f", "--token-file", help="Read token from a file")
         if name == "validate":
-            c.add_argument("-a", "--signature-algorithm", default="RS256", choices=jwt_tokens.KEY_PAIR_ALGORITHMS)
+            c.add_argument("-a", "--signature-algorithm", default="RS256", choices=jwt_algorithms.KEY_PAIR_ALGORITHMS)
             c.add_argument("-sk", "--secret-key", help="Secret key to validate with (data:, file:, ...)")
             c.add_argument("-pk", "--public-key", help="Public key to validate with (data:, file:, ...)")
             c.set_defaults(run=_validate)
@@ -76,6 +76,8 @@ def _fail(message: str) -> int:
 
 
 def _create_secret_key(args: argparse.Namespace) -> int:
+    from magnetar.broker.auth import jwt_tokens  # PyJWT and cryptography: only for these commands
+
     key = jwt_tokens.create_secret_key(args.signature_algorithm)
     if args.base64:
         key = base64.b64encode(key)
@@ -89,6 +91,8 @@ def _create_secret_key(args: argparse.Namespace) -> int:
 
 
 def _create_key_pair(args: argparse.Namespace) -> int:
+    from magnetar.broker.auth import jwt_tokens
+
     private, public = jwt_tokens.create_key_pair(args.signature_algorithm)
     Path(args.output_public_key).write_bytes(public)
     Path(args.output_private_key).write_bytes(private)
@@ -97,6 +101,8 @@ def _create_key_pair(args: argparse.Namespace) -> int:
 
 
 def _create(args: argparse.Namespace) -> int:
+    from magnetar.broker.auth import jwt_tokens
+
     if (args.secret_key is None) == (args.private_key is None):
         return _fail("Exactly one of --secret-key and --private-key needs to be passed for signing a token")
     headers: dict[str, Any] = {}
@@ -135,6 +141,8 @@ _NO_TOKEN = (
 
 
 def _show(args: argparse.Namespace) -> int:
+    from magnetar.broker.auth import jwt_tokens
+
     token = _read_token(args)
     if token is None:
         return _fail(_NO_TOKEN)
@@ -149,6 +157,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from magnetar.broker.auth import jwt_tokens
+
     if (args.secret_key is None) == (args.public_key is None):
         return _fail("Exactly one of --secret-key and --public-key needs to be passed for validating a token")
     token = _read_token(args)

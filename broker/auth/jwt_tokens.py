@@ -1,5 +1,8 @@
 """JSON Web Tokens as Pulsar makes and checks them (its ``AuthTokenUtils``), over PyJWT and ``cryptography``.
 
+Both libraries are heavy (~10 MiB resident): only the token provider, once configured, and the ``tokens``
+command import this module (the algorithm names are in :mod:`~magnetar.broker.auth.jwt_algorithms`).
+
 Keys are Pulsar's formats: a secret key is raw bytes (HS256/384/512 by length, at least 256 bits); a key
 pair is DER, the private key PKCS#8 and the public key X.509 SubjectPublicKeyInfo (PEM is accepted too).
 Signing picks the algorithm from the key as Pulsar's JJWT does (a secret's length, an EC key's curve);
@@ -20,12 +23,13 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-#: HMAC algorithms and the key size (bits) each needs.
-SECRET_ALGORITHMS = {"HS256": 256, "HS384": 384, "HS512": 512}
-RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
+from magnetar.broker.auth import jwt_algorithms
+from magnetar.broker.auth.jwt_algorithms import KEY_PAIR_ALGORITHMS, RSA_ALGORITHMS, SECRET_ALGORITHMS
+
 #: ECDSA algorithms and their curves.
-EC_ALGORITHMS: dict[str, ec.EllipticCurve] = {"ES256": ec.SECP256R1(), "ES384": ec.SECP384R1(), "ES512": ec.SECP521R1()}
-KEY_PAIR_ALGORITHMS = (*RSA_ALGORITHMS, *EC_ALGORITHMS)
+EC_ALGORITHMS: dict[str, ec.EllipticCurve] = dict(
+    zip(jwt_algorithms.EC_ALGORITHMS, (ec.SECP256R1(), ec.SECP384R1(), ec.SECP521R1()), strict=True)
+)
 
 PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey

@@ -15,9 +15,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from magnetar.broker.config import BrokerConfig
 
 #: Key of the authenticated role in an aiohttp request (set by the authentication middleware).
 ROLE_KEY = "magnetar.auth.role"
@@ -49,6 +52,11 @@ class AuthenticationProvider(ABC):
 
     #: The method name clients send (``auth_method_name`` in CONNECT) and the HTTP scheme it answers to.
     method: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, config: BrokerConfig) -> Self:
+        """The provider the broker's settings describe (``ValueError`` on a bad setting)."""
 
     @abstractmethod
     async def authenticate(self, data: AuthenticationData) -> Authenticated:

@@ -11,27 +11,40 @@ refused even with an anonymous role (Pulsar falls back to the anonymous role the
 
 from __future__ import annotations
 
+import importlib
 import logging
 
-from magnetar.broker.auth.basic import BasicAuthenticationProvider
 from magnetar.broker.auth.provider import Authenticated, AuthenticationData, AuthenticationProvider
-from magnetar.broker.auth.tls import TlsAuthenticationProvider
-from magnetar.broker.auth.token import TokenAuthenticationProvider
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import AuthenticationError
 
 log = logging.getLogger(__name__)
 
 _PULSAR_PACKAGE = "org.apache.pulsar.broker.authentication."
-#: Provider classes by the names ``authenticationProviders`` may use.
-PROVIDERS: dict[str, type[TokenAuthenticationProvider | BasicAuthenticationProvider | TlsAuthenticationProvider]] = {
-    "token": TokenAuthenticationProvider,
-    "AuthenticationProviderToken": TokenAuthenticationProvider,
-    "basic": BasicAuthenticationProvider,
-    "AuthenticationProviderBasic": BasicAuthenticationProvider,
-    "tls": TlsAuthenticationProvider,
-    "AuthenticationProviderTls": TlsAuthenticationProvider,
+_TOKEN = ("magnetar.broker.auth.token", "TokenAuthenticationProvider")
+_BASIC = ("magnetar.broker.auth.basic", "BasicAuthenticationProvider")
+_TLS = ("magnetar.broker.auth.tls", "TlsAuthenticationProvider")
+#: Provider classes (module, class name) by the names ``authenticationProviders`` may use. A provider's
+#: module is imported only once it is configured: the token provider's PyJWT and cryptography and the basic
+#: provider's passlib and bcrypt would otherwise cost every broker ~10 MiB of memory for nothing.
+PROVIDERS: dict[str, tuple[str, str]] = {
+    "token": _TOKEN,
+    "AuthenticationProviderToken": _TOKEN,
+    "basic": _BASIC,
+    "AuthenticationProviderBasic": _BASIC,
+    "tls": _TLS,
+    "AuthenticationProviderTls": _TLS,
 }
+
+
+def provider_class(name: str) -> type[AuthenticationProvider] | None:
+    """The provider class ``name`` (short or Pulsar class name) stands for, imported now; None if unknown."""
+    where = PROVIDERS.get(name.removeprefix(_PULSAR_PACKAGE))
+    if where is None:
+        return None
+    cls = getattr(importlib.import_module(where[0]), where[1])
+    assert issubclass(cls, AuthenticationProvider)
+    return cls
 #: The HTTP header naming the method of an HTTP request's credentials (Pulsar's).
 METHOD_HEADER = "X-Pulsar-Auth-Method-Name"
 
@@ -52,12 +65,12 @@ class AuthenticationService:
         for name in (n.strip() for n in config.authentication_providers.split(",")):
             if not name:
                 continue
-            provider_class = PROVIDERS.get(name.removeprefix(_PULSAR_PACKAGE))
-            if provider_class is None:
+            provider_type = provider_class(name)
+            if provider_type is None:
                 raise ValueError(f"authentication provider {name} is not supported (known: token, basic, tls)")
-            if any(isinstance(p, provider_class) for p in providers):
+            if any(isinstance(p, provider_type) for p in providers):
                 continue
-            providers.append(provider_class.from_config(config))
+            providers.append(provider_type.from_config(config))
         if not providers and not config.anonymous_user_role:
             log.warning("authentication is enabled without providers or anonymousUserRole: every client is refused")
         return cls(providers, config.anonymous_user_role.strip())
