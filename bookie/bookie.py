@@ -35,7 +35,7 @@ from .config import BookieConfig
 from .dirlock import DirLock
 from .index import LedgerState
 from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
-from .storage import LedgerStorage, WriteCache, stored_size
+from .storage import CACHED_ENTRY_OVERHEAD, LedgerStorage, WriteCache, cached_size, stored_size
 from .throttle import AddThrottle, consume, tell
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class Bookie(CallbackAdds):
 
     @property
     def cache_bytes(self) -> int:
-        """Bytes in the write cache not yet being flushed (a metric)."""
+        """Memory of the write cache not yet being flushed, entries' bytes and overhead (a metric)."""
         return self._cache_bytes
 
     @property
@@ -197,9 +197,9 @@ class Bookie(CallbackAdds):
                     entries = cache[lid] = {}
                 old = entries.get(eid)
                 if old is not None:
-                    self._cache_bytes -= len(old[0]) + len(old[1])
+                    self._cache_bytes -= cached_size(*old)
                 entries[eid] = (b"", data)
-                self._cache_bytes += len(data)
+                self._cache_bytes += cached_size(b"", data)
             elif rtype == REC_KEY:
                 if lid not in ledgers:
                     ledgers[lid] = LedgerState(data)
@@ -328,9 +328,9 @@ class Bookie(CallbackAdds):
             entries = self._cache[ledger_id] = {}
         old = entries.get(entry_id)
         if old is not None:
-            self._cache_bytes -= len(old[0]) + len(old[1])
+            self._cache_bytes -= cached_size(*old)
         entries[entry_id] = (head, data)
-        self._cache_bytes += len(head) + len(data)
+        self._cache_bytes += len(head) + len(data) + CACHED_ENTRY_OVERHEAD  # cached_size, inlined
         if self._cache_bytes >= self._cache_max:
             self._ckpt_wake.set()  # checkpoint now rather than at the next tick
         return data
@@ -548,7 +548,7 @@ class Bookie(CallbackAdds):
                 for eid, parts in entries.items():
                     if eid not in current:
                         current[eid] = parts
-                        self._cache_bytes += len(parts[0]) + len(parts[1])
+                        self._cache_bytes += cached_size(*parts)
             self._dirty |= {lid for lid in dirty if lid in self._ledgers}
             self._pending_deletes |= set(deleted)
             return

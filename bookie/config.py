@@ -46,9 +46,10 @@ class BookieConfig:
     #: Checkpoint at least this often: flush the write cache to the entry log, persist the index,
     #: delete journals wholly before the checkpoint.
     checkpoint_interval_s: float = 5.0
-    #: ... and also as soon as the write cache holds this many bytes (BookKeeper:
-    #: ``dbStorage_writeCacheMaxSizeMb``). A full cache holds new adds back until the checkpoint
-    #: swaps it out; with the cache being flushed, memory stays below about twice this.
+    #: ... and also as soon as the write cache holds this many bytes of memory (BookKeeper:
+    #: ``dbStorage_writeCacheMaxSizeMb``): entries' bytes plus ``storage.CACHED_ENTRY_OVERHEAD`` each. A
+    #: full cache holds new adds back until the checkpoint swaps it out; with the cache being flushed,
+    #: memory stays below about twice this.
     write_cache_max_bytes: int = 64 * MiB
     #: How long an add waits for room in a full write cache before it is rejected with
     #: TOO_MANY_REQUESTS (the client moves to another bookie). BookKeeper: ``dbStorage_maxThrottleTimeMs``.

@@ -1,0 +1,55 @@
+"""The write cache's limit (``dbStorage_writeCacheMaxSizeMb``) bounds the memory it holds, as BookKeeper's
+does (there the entries are copied into the cache's own buffers): each cached entry counts the Python
+objects that keep it (tuple, header bytes, key, dict slot) besides its bytes. Counting payload only, small
+entries held ~2.3x the limit (a 16 MiB cache kept ~40 MiB of 100-byte messages until the checkpoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import tracemalloc
+from pathlib import Path
+
+from bookie_helpers import KEY
+
+from magnetar.bookie.bookie import Bookie
+from magnetar.ledger import digest
+
+LIMIT = 1 << 20
+
+
+async def test_small_entries_fill_the_write_cache_to_its_limit_in_memory(make_bookie, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    b: Bookie = await make_bookie(write_cache_max_bytes=LIMIT, journal_group_max_bytes=256 * 1024)
+    done, sent = 0, 0
+    all_done = asyncio.Event()
+
+    def acked(error: BaseException | None) -> None:
+        nonlocal done
+        assert error is None
+        done += 1
+        if done == sent:
+            all_done.set()
+
+    size = 150  # a 100-byte message with its metadata: what a non-batched publish stores per entry
+    sample = bytes(size)
+    step = len(digest.frame_header(7, 0, size, sample)) + size
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        n = 0
+        all_done.set()  # nothing outstanding yet
+        # Stop short of the limit, where the bookie would checkpoint (and empty the cache).
+        while b.cache_bytes + 2 * step < LIMIT and n < 20_000:
+            data = bytes([n % 251]) * size
+            b.add_parts_async(7, n, KEY, n - 1, digest.frame_header(7, n, size, data), data, False, acked)
+            n += 1
+            sent = n
+            all_done.clear()
+        await asyncio.wait_for(all_done.wait(), 10)
+        assert done == n
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert n > 1000
+    # What the cache holds in memory is what it counts, so the limit bounds it (within a few %).
+    assert held <= 1.1 * LIMIT, f"{n} entries of {step} bytes hold {held / LIMIT:.2f}x the {LIMIT}-byte limit"
+    assert b.cache_bytes >= 0.9 * held
