@@ -8,15 +8,24 @@ message declares, never more than the caller's limit, and fail with :class:`Corr
 
 from __future__ import annotations
 
+import functools
 import zlib
-
-import lz4.block
-import snappy
-import zstandard
+from typing import TYPE_CHECKING
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 
-_ZSTD = zstandard.ZstdDecompressor()
+if TYPE_CHECKING:
+    import zstandard
+
+# The codec libraries (lz4, snappy over cramjam, zstandard: ~2 MiB resident together) are imported by the
+# first payload of their codec, not by every broker.
+
+
+@functools.cache
+def _zstd() -> zstandard.ZstdDecompressor:
+    import zstandard
+
+    return zstandard.ZstdDecompressor()
 
 
 class CorruptPayloadError(ValueError):
@@ -48,6 +57,8 @@ def decompress(codec: int, payload: bytes | memoryview, uncompressed_size: int, 
 
 def _decode(codec: int, payload: bytes, size: int) -> bytes:
     if codec == pb.LZ4:
+        import lz4.block
+
         # Pulsar's LZ4 is the raw block format, without a frame or size prefix.
         return lz4.block.decompress(payload, uncompressed_size=size)
     if codec == pb.ZLIB:
@@ -57,12 +68,14 @@ def _decode(codec: int, payload: bytes, size: int) -> bytes:
             raise CorruptPayloadError("truncated or oversized ZLIB payload")
         return body
     if codec == pb.ZSTD:
-        return _ZSTD.decompress(payload, max_output_size=size)
+        return _zstd().decompress(payload, max_output_size=size)
     if codec == pb.SNAPPY:
         # A raw snappy block starts with its uncompressed length (varint): check it before decoding.
         declared = _snappy_length(payload)
         if declared != size:
             raise CorruptPayloadError(f"SNAPPY payload holds {declared} bytes, not the declared {size}")
+        import snappy
+
         return bytes(snappy.uncompress(payload))
     raise CorruptPayloadError(f"unknown compression codec {codec}")
 

@@ -1,6 +1,7 @@
 """A standalone broker imports the heavy libraries of features nobody uses only when they are used: the
 authentication providers' (jwt, cryptography, passlib, bcrypt) when one is configured, fastavro when an
-Avro/JSON schema is checked. Each costs megabytes of RSS (issue 19).
+Avro/JSON schema is checked, the compression codecs (lz4, snappy over cramjam, zstandard) when the broker
+must look inside a compressed message (compaction, peeking). Each costs megabytes of RSS (issue 19).
 
 The broker runs with ``PYTHONPROFILEIMPORTTIME=1``: the interpreter writes a line to stderr (the broker's
 log) for every module it imports, at start-up and later, so the log says what the process has loaded.
@@ -20,7 +21,7 @@ from pulsar.schema import AvroSchema, Integer, Record, String
 
 from tests.conftest import StandaloneProcess
 
-HEAVY = ("jwt", "cryptography", "passlib", "bcrypt", "fastavro")
+HEAVY = ("jwt", "cryptography", "passlib", "bcrypt", "fastavro", "lz4", "snappy", "cramjam", "zstandard")
 _IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)\s*$", re.MULTILINE)
 
 
