@@ -45,6 +45,8 @@ def provider_class(name: str) -> type[AuthenticationProvider] | None:
     cls = getattr(importlib.import_module(where[0]), where[1])
     assert issubclass(cls, AuthenticationProvider)
     return cls
+
+
 #: The HTTP header naming the method of an HTTP request's credentials (Pulsar's).
 METHOD_HEADER = "X-Pulsar-Auth-Method-Name"
 
