@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from magnetar.broker.tls import TlsConfigError, client_context
-
 TOKEN, BASIC, TLS = "token", "basic", "tls"
 
 _PACKAGE = "org.apache.pulsar.client.impl.auth."
@@ -255,6 +253,8 @@ class ClientSecurity:
 
     def ssl_context(self) -> ssl.SSLContext:
         """For ``https`` admin URLs: the trusted CAs, the insecure/hostname switches and a client certificate."""
+        from magnetar.broker.tls import TlsConfigError, client_context  # only for https: it loads asyncio
+
         creds = self.credentials or Credentials(TLS)  # only TLS credentials carry a certificate
         try:
             return client_context(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.topic_name import TopicName
 
 API = "/admin/v2"
@@ -24,7 +23,11 @@ def parse_topic(name: str) -> TopicName:
     """A full or short topic name as Pulsar clients accept it; a bad one raises :class:`ValueError`."""
     try:
         return TopicName.parse(name)
-    except InvalidTopicNameError as exc:
+    except Exception as exc:
+        from magnetar.broker.errors import InvalidTopicNameError  # only now: it loads the protobuf classes
+
+        if not isinstance(exc, InvalidTopicNameError):
+            raise
         raise ValueError(str(exc)) from None
 
 

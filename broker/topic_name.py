@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from magnetar.broker.errors import InvalidTopicNameError
+if TYPE_CHECKING:
+    from magnetar.broker.errors import InvalidTopicNameError
 
 PARTITION_SUFFIX = "-partition-"
 DEFAULT_TENANT = "public"
@@ -17,10 +19,18 @@ _PARTITION_INDEX = re.compile(r"0|[1-9][0-9]{0,9}")
 _INT32_MAX = 2**31 - 1
 
 
+def _invalid(message: str) -> InvalidTopicNameError:
+    # Imported when a name is bad: the errors module loads the protocol's protobuf classes, which the Spark
+    # source's per-query planner process (that parses names) otherwise never needs.
+    from magnetar.broker.errors import InvalidTopicNameError
+
+    return InvalidTopicNameError(message)
+
+
 def check_named_entity(kind: str, name: str) -> None:
     """Tenant, namespace, cluster names: Pulsar's allowed characters (letters, digits, ``-=:._``)."""
     if not name or not _NAMED_ENTITY.match(name):
-        raise InvalidTopicNameError(f"Invalid {kind} name: '{name}'")
+        raise _invalid(f"Invalid {kind} name: '{name}'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +48,7 @@ class TopicName:
     def parse(cls, name: str) -> TopicName:
         """Parse a full or short name; raises :class:`InvalidTopicNameError`."""
         if not name or any(ord(c) < 0x20 for c in name):
-            raise InvalidTopicNameError(f"Invalid topic name: '{name}'")
+            raise _invalid(f"Invalid topic name: '{name}'")
         if "://" not in name:
             parts = name.split("/")
             if len(parts) == 1:
@@ -46,22 +56,22 @@ class TopicName:
             elif len(parts) == 3:
                 name = f"persistent://{name}"
             else:
-                raise InvalidTopicNameError(
+                raise _invalid(
                     f"Invalid short topic name '{name}', it should be in the format of "
                     "<tenant>/<namespace>/<topic> or <topic>"
                 )
         domain, _, rest = name.partition("://")
         if domain not in ("persistent", "non-persistent"):
-            raise InvalidTopicNameError(f"Invalid topic domain in '{name}'")
+            raise _invalid(f"Invalid topic domain in '{name}'")
         parts = rest.split("/", 2)
         if len(parts) != 3 or not parts[2]:
-            raise InvalidTopicNameError(f"Invalid topic name: '{name}'")
+            raise _invalid(f"Invalid topic name: '{name}'")
         tenant, namespace, local = parts
         check_named_entity("tenant", tenant)
         check_named_entity("namespace", namespace)
         if "/" in local:
             # V1 names (tenant/cluster/namespace/topic) are not supported.
-            raise InvalidTopicNameError(f"Invalid topic name: '{name}' (cluster-qualified names are not supported)")
+            raise _invalid(f"Invalid topic name: '{name}' (cluster-qualified names are not supported)")
         # Interned: thousands of topics share a few tenants and namespaces (one string each, not one per topic).
         return cls(sys.intern(domain), sys.intern(tenant), sys.intern(namespace), local)
 
