@@ -277,15 +277,19 @@ def _create_partitioned(admin_url: str, name: str, partitions: int) -> None:
     urllib.request.urlopen(req, timeout=30).close()
 
 
-def _zips_compiled() -> bool:
-    """Whether the pyspark.zip Spark's Python processes import carries bytecode (see spark/precompile.py)."""
+def _spark_python_lib() -> str:
+    """How Spark's Python processes import pyspark (see spark/precompile.py): ``"zip"`` as pip ships it,
+    ``"zip+bytecode"`` after ``precompile``, ``"unpacked"`` after ``precompile --unpack``."""
     import zipfile
 
     import pyspark
 
     home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-    with zipfile.ZipFile(os.path.join(home, "python", "lib", "pyspark.zip")) as z:
-        return any(n.endswith(".pyc") for n in z.namelist())
+    lib = os.path.join(home, "python", "lib", "pyspark.zip")
+    if os.path.isdir(lib):
+        return "unpacked"
+    with zipfile.ZipFile(lib) as z:
+        return "zip+bytecode" if any(n.endswith(".pyc") for n in z.namelist()) else "zip"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         "stream_vs_batch_per_cpu_s": round(s["rows_per_cpu_s"] / b["rows_per_cpu_s"], 2),
         **_steady_result(steady, idle, b, args.trigger),
         "load_average": [round(x, 1) for x in os.getloadavg()],
-        "spark_zips_compiled": _zips_compiled(),
+        "spark_python_lib": _spark_python_lib(),
     }
     print(json.dumps(result))
     counts = [r["rows"] for r in streams + steady]

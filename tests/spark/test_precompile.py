@@ -42,3 +42,32 @@ def test_zip_modules_are_imported_from_bytecode(tmp_path: Path) -> None:
     assert after.stdout.split() == [f"{archive}/pkg/mod.pyc", "42"], after.stderr
     assert "SyntaxError" in _import(archive, "pkg.broken").stderr
     assert list(archive.parent.iterdir()) == [archive]  # no temporary files left
+
+
+def test_unpack_replaces_each_zip_by_a_compiled_directory_of_the_same_name(tmp_path: Path) -> None:
+    # Spark puts `.../pyspark.zip` on the path by name: a directory of that name is imported like any other
+    # (no zipimport, whose caches Spark's runner invalidates, re-reading the zip's index per package).
+    archive = tmp_path / "python" / "lib" / "pkg.zip"
+    archive.parent.mkdir(parents=True)
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("pkg/__init__.py", "")
+        z.writestr("pkg/mod.py", "VALUE = 6 * 7\n")
+        z.writestr("pkg/broken.py", "def (:\n")
+        z.writestr("pkg/data.txt", "kept")
+
+    from magnetar.spark.precompile import main
+
+    main(["--unpack", str(archive)])
+    assert archive.is_dir()
+    assert (archive / "pkg" / "data.txt").read_text() == "kept"
+    assert sorted(p.name for p in (archive / "pkg" / "__pycache__").iterdir()) == [
+        f"__init__.{sys.implementation.cache_tag}.pyc",
+        f"mod.{sys.implementation.cache_tag}.pyc",
+    ]
+    after = _import(archive, "pkg.mod")
+    assert after.stdout.split() == [f"{archive}/pkg/mod.py", "42"], after.stderr
+    assert "SyntaxError" in _import(archive, "pkg.broken").stderr
+    assert list(archive.parent.iterdir()) == [archive]  # no temporary files left
+
+    main(["--unpack", str(archive)])  # a second run (an unpacked directory) changes nothing
+    assert archive.is_dir() and list(archive.parent.iterdir()) == [archive]
