@@ -75,6 +75,10 @@ class Admin:
                 raise
             return None
 
+    def stats(self, topic: str) -> dict[str, Any]:
+        """A concrete topic's ``stats`` (``msgInCounter``, ``bytesInCounter``, subscriptions...)."""
+        return self.client.get(f"{_topic_path(topic)}/stats")
+
     def internal_stats(self, topic: str) -> dict[str, Any]:
         return self.client.get(f"{_topic_path(topic)}/internalStats")
 

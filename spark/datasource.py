@@ -68,6 +68,7 @@ from magnetar.spark.offsets import (
     after,
     clamp,
     data_lost,
+    entries_between,
     fair_shares,
     load_offset,
     split_range,
@@ -357,6 +358,10 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.ceiling: dict[str, str] | None = None
         self._initial: dict[str, str] | None = None
         self._resolved: tuple[float, list[str]] | None = None  # (when, topic partitions) for latestOffset
+        # minRecordsPerTrigger: when the last micro-batch was admitted (as Kafka's source: the query's first call
+        # admits, and starts the clock), and per partition (when looked up, ledger layout, messages per entry).
+        self._last_trigger = float("-inf")
+        self._layouts: dict[str, tuple[float, list[tuple[int, int]], float]] = {}
 
     def initialOffset(self) -> dict[str, str]:
         # Spark asks twice when a query starts (its source and its offset log); the second answer must be
@@ -404,6 +409,8 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             capped = clamp(target, load_offset(self.ceiling))
             target = {p: capped.get(p, begin.get(p, EARLIEST)) for p in target}
             target = {p: max(pos, begin.get(p, EARLIEST)) for p, pos in target.items()}
+        if start is not None and not self._admit(begin, target):
+            return start  # fewer than minRecordsPerTrigger new rows and maxTriggerDelay not over: no micro-batch
         if limit is None:
             limit = self.getDefaultReadLimit()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -430,6 +437,36 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             result[p] = stop
         return to_json_dict(result)
+
+    def _admit(self, begin: Offset, target: Offset) -> bool:
+        """``minRecordsPerTrigger``/``maxTriggerDelay`` (Kafka's ``minOffsetsPerTrigger`` semantics): whether a
+        micro-batch runs now, i.e. at least the minimum of new rows is available, or the delay has passed since
+        the last micro-batch was admitted. Not applied under availableNow (it must reach its end)."""
+        opts = self.planner.opts
+        if not opts.min_records_per_trigger or self.ceiling is not None:
+            return True
+        now = time.monotonic()
+        if (now - self._last_trigger) * 1000 < opts.max_trigger_delay_ms:
+            pending = [p for p in sorted(target) if target[p] > begin.get(p, EARLIEST)]
+            rows = sum(self._rows_between(p, begin.get(p, EARLIEST), target[p]) for p in pending)
+            if rows < opts.min_records_per_trigger:
+                return False
+        self._last_trigger = now  # the clock starts at the query's first call, and again at every admission
+        return True
+
+    def _rows_between(self, topic: str, start: Position, end: Position) -> float:
+        """Messages in ``[start, end)`` of a partition, estimated without reading them: its entries (from the
+        ledger layout) times its messages per entry (``msgInCounter`` over ``entriesAddedCounter``, exact
+        without batching). Both looked up at most once per ``TOPIC_REFRESH_S`` while a micro-batch waits."""
+        now = time.monotonic()
+        cached = self._layouts.get(topic)
+        if cached is None or now - cached[0] >= TOPIC_REFRESH_S:
+            internal = self.planner.admin.internal_stats(topic)
+            entries = int(internal.get("entriesAddedCounter") or 0)
+            messages = int(self.planner.admin.stats(topic).get("msgInCounter") or 0)
+            per_entry = max(1.0, messages / entries) if entries else 1.0
+            cached = self._layouts[topic] = (now, Admin.ledgers_of(internal), per_entry)
+        return entries_between(start, end, cached[1]) * cached[2]
 
     def _topic_partitions(self) -> list[str]:
         """The topics' partitions, looked up again once ``TOPIC_REFRESH_S`` has passed (new partitions and

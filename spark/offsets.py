@@ -125,6 +125,24 @@ def split_range(
     return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
 
+def entries_between(start: Position, end: Position, ledgers: Iterable[tuple[int, int]]) -> int:
+    """Entries from ``start``'s entry (counted whole when ``start`` is mid-batch) up to ``end`` (exclusive).
+
+    ``ledgers`` are ``(ledger_id, entries)`` in order (``internalStats``); ledgers newer than those listed count
+    up to ``end``'s entry, so a layout looked up a while ago still counts the current ledger's new entries.
+    """
+    if end <= start:
+        return 0
+    if start.ledger == end.ledger:
+        return max(0, end.entry - start.entry)
+    count = 0
+    for ledger_id, entries in ledgers:
+        if ledger_id < start.ledger or ledger_id >= end.ledger:
+            continue
+        count += entries - (max(start.entry, 0) if ledger_id == start.ledger else 0)
+    return count + max(end.entry, 0)
+
+
 def fair_shares(budget: int, names: list[str]) -> dict[str, int]:
     """Split a row budget across partitions: equal shares, the remainder to the first ones; sums to ``budget``."""
     if not names or budget <= 0:

@@ -77,6 +77,8 @@ SOURCE_OPTIONS = frozenset(
         "polltimeoutms",
         "maxrecordspertrigger",
         "maxbytespertrigger",
+        "minrecordspertrigger",
+        "maxtriggerdelay",
         "maxentriesperpartition",
         "commitsubscription",
         "predefinedsubscription",
@@ -274,6 +276,46 @@ def parse_time(value: str | None, name: str) -> int | None:
         raise ValueError(f"{name}: expected epoch milliseconds, got {value!r}") from exc
 
 
+#: ``maxTriggerDelay`` when not given: Kafka's default (15 minutes).
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+
+_DURATION_UNITS_MS = {
+    "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000
+}  # fmt: skip
+
+
+def parse_duration_ms(value: str, name: str) -> int:
+    """A Spark time string as the Kafka source reads ``maxTriggerDelay`` (``500ms``, ``5s``, ``15m``, ``1h``; a
+    bare number is milliseconds) -> milliseconds."""
+    text = value.strip().lower()
+    digits = len(text) - len(text.lstrip("0123456789"))
+    unit = text[digits:].strip() or "ms"
+    if not digits or unit not in _DURATION_UNITS_MS:
+        raise ValueError(f"{name}: expected a duration such as 500ms, 5s, 15m or 1h; got {value!r}")
+    return int(text[:digits]) * _DURATION_UNITS_MS[unit]
+
+
+def _min_per_trigger(
+    options: Mapping[str, str], streaming: bool | None, max_records: int | None
+) -> tuple[int | None, int]:
+    """``minRecordsPerTrigger`` and ``maxTriggerDelay`` (ms), checked: streams only, the minimum not above the
+    maximum, the delay only beside a minimum."""
+    min_records = _int(_get(options, "minRecordsPerTrigger"), "minRecordsPerTrigger")
+    delay_raw = _get(options, "maxTriggerDelay")
+    if streaming is False and (min_records or delay_raw):
+        raise ValueError("minRecordsPerTrigger/maxTriggerDelay apply to streams only")
+    if delay_raw is not None and not min_records:
+        raise ValueError("maxTriggerDelay applies with minRecordsPerTrigger (how long a micro-batch may wait for it)")
+    delay_ms = DEFAULT_MAX_TRIGGER_DELAY_MS
+    if delay_raw is not None:
+        delay_ms = parse_duration_ms(delay_raw, "maxTriggerDelay")
+        if delay_ms <= 0:
+            raise ValueError(f"maxTriggerDelay must be positive, got {delay_raw!r}")
+    if min_records and max_records and min_records > max_records:
+        raise ValueError(f"minRecordsPerTrigger ({min_records}) exceeds maxRecordsPerTrigger ({max_records})")
+    return min_records, delay_ms
+
+
 def normalize_topic(name: str) -> str:
     """Short names (``t``, ``tenant/ns/t``) -> ``persistent://tenant/ns/t`` as Pulsar clients do."""
     return str(parse_topic(name))
@@ -356,6 +398,8 @@ class SourceOptions:
     poll_timeout_ms: int = 2000
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
+    min_records_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     max_entries_per_partition: int = 50000
     commit_subscription: str | None = None
     client_options: dict[str, Any] = field(default_factory=dict)
@@ -404,6 +448,8 @@ class SourceOptions:
         if streaming is False and starting == LATEST:
             raise ValueError("startingOffsets cannot be latest for batch reads")
         client_security, admin_security = securities(options)
+        max_records = _int(_get(options, "maxRecordsPerTrigger"), "maxRecordsPerTrigger")
+        min_records, max_delay_ms = _min_per_trigger(options, streaming, max_records)
         return cls(
             service_url=service_url,
             admin_url=admin_url.rstrip("/"),
@@ -417,7 +463,9 @@ class SourceOptions:
             wait_for_topics=_bool(_get(options, "waitingForNonExistedTopic"), False),
             allow_different_schemas=_bool(_get(options, "allowDifferentTopicSchemas"), False),
             poll_timeout_ms=_int(_get(options, "pollTimeoutMs"), "pollTimeoutMs") or 2000,
-            max_records_per_trigger=_int(_get(options, "maxRecordsPerTrigger"), "maxRecordsPerTrigger"),
+            max_records_per_trigger=max_records,
+            min_records_per_trigger=min_records,
+            max_trigger_delay_ms=max_delay_ms,
             max_bytes_per_trigger=_int(_get(options, "maxBytesPerTrigger"), "maxBytesPerTrigger"),
             max_entries_per_partition=_int(_get(options, "maxEntriesPerPartition"), "maxEntriesPerPartition") or 50000,
             commit_subscription=commit_subscription(options, bool(streaming), pattern or ",".join(names)),

@@ -309,3 +309,55 @@ def test_short_pattern_default_admin_url_and_serialized_message_ids() -> None:
     assert s.starting == {t: Position(7, 3), u: Position(7, 4, 5)}
     with pytest.raises(ValueError, match="serialized MessageId"):
         SourceOptions.parse({**BASE, "topic": "t", "startingOffsets": '{"t": [255, 255]}'}, streaming=False)
+
+
+def test_min_records_per_trigger_and_max_trigger_delay() -> None:
+    from magnetar.spark.options import parse_duration_ms
+
+    s = SourceOptions.parse({**BASE, "topic": "a", "minRecordsPerTrigger": "100000"}, streaming=True)
+    assert s.min_records_per_trigger == 100000 and s.max_trigger_delay_ms == 15 * 60 * 1000  # Kafka's default
+    s = SourceOptions.parse(
+        {**BASE, "topic": "a", "minrecordspertrigger": "10", "maxTriggerDelay": "5s", "maxRecordsPerTrigger": "10"},
+        streaming=True,
+    )
+    assert (s.min_records_per_trigger, s.max_trigger_delay_ms, s.max_records_per_trigger) == (10, 5000, 10)
+    assert SourceOptions.parse({**BASE, "topic": "a"}, streaming=True).min_records_per_trigger is None
+    # Spark's time strings as the Kafka source takes them (a bare number is milliseconds).
+    assert [parse_duration_ms(v, "d") for v in ("250", "250ms", "5s", "2 min", "15m", "1h", "1d")] == [
+        250, 250, 5000, 120000, 900000, 3600000, 86400000
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"minRecordsPerTrigger": "0"}, "minRecordsPerTrigger must be positive"),
+        ({"minRecordsPerTrigger": "many"}, "invalid literal"),
+        ({"minRecordsPerTrigger": "10", "maxTriggerDelay": "soon"}, "maxTriggerDelay: expected a duration"),
+        ({"minRecordsPerTrigger": "10", "maxTriggerDelay": "-5s"}, "maxTriggerDelay: expected a duration"),
+        ({"minRecordsPerTrigger": "10", "maxTriggerDelay": "0s"}, "maxTriggerDelay must be positive"),
+        ({"maxTriggerDelay": "5s"}, "maxTriggerDelay applies with minRecordsPerTrigger"),
+        ({"minRecordsPerTrigger": "11", "maxRecordsPerTrigger": "10"}, "exceeds maxRecordsPerTrigger"),
+    ],
+)
+def test_min_records_per_trigger_rejected(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SourceOptions.parse({**BASE, "topic": "a", **extra}, streaming=True)
+
+
+def test_min_records_per_trigger_streams_only() -> None:
+    with pytest.raises(ValueError, match="streams only"):
+        SourceOptions.parse({**BASE, "topic": "a", "minRecordsPerTrigger": "5"}, streaming=False)
+
+
+def test_entries_between() -> None:
+    from magnetar.spark.offsets import entries_between
+
+    ledgers = [(3, 10), (5, 0), (7, 4)]
+    assert entries_between(Position(3, 2), Position(3, 6), ledgers) == 4
+    assert entries_between(Position(3, 2, 5), Position(3, 6), ledgers) == 4  # a started batch counts whole
+    assert entries_between(Position(3, 8), Position(7, 3), ledgers) == 2 + 3
+    assert entries_between(EARLIEST, Position(7, 4), ledgers) == 14
+    assert entries_between(EARLIEST, Position(9, 2), ledgers) == 16  # a ledger newer than the layout
+    assert entries_between(Position(7, 4), Position(7, 4), ledgers) == 0
+    assert entries_between(Position(7, 4), Position(3, 1), ledgers) == 0

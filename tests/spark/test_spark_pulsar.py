@@ -386,3 +386,60 @@ def pulsar_earliest() -> Any:
     import pulsar
 
     return pulsar.MessageId.earliest
+
+
+def _batches_with_rows(query: Any) -> list[int]:
+    """Rows of each micro-batch the running query has completed (idle reports left out)."""
+    reports = {int(p["batchId"]): int(p["numInputRows"]) for p in query.recentProgress}
+    return [rows for _, rows in sorted(reports.items()) if rows]
+
+
+def _wait_rows(query: Any, rows: int, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while sum(_batches_with_rows(query)) < rows:
+        assert query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, f"{_batches_with_rows(query)} after {timeout} s, expected {rows} rows"
+        time.sleep(0.1)
+    return _batches_with_rows(query)
+
+
+def test_stream_min_records_per_trigger_and_max_trigger_delay(
+    spark: Any, standalone: StandaloneProcess, client: Any, topic_name: str
+) -> None:
+    # Spark's default trigger (a micro-batch as soon as the source reports new data): minRecordsPerTrigger holds
+    # micro-batches back until that many rows are available ...
+    stream = spark.readStream.format("pulsar").options(
+        **_opts(standalone, topic=topic_name, startingOffsets="earliest", minRecordsPerTrigger="50")
+    )
+    _produce(client, topic_name, ["first"])
+    query = stream.load().writeStream.format("noop").start()
+    try:
+        _wait_rows(query, 1, 60)  # the query's first call admits what is there (as Kafka's source)
+        _produce(client, topic_name, [f"a{i}" for i in range(20)])
+        time.sleep(3.0)
+        assert _batches_with_rows(query) == [1]  # 20 < 50: no micro-batch (the default delay is 15 minutes)
+        _produce(client, topic_name, [f"b{i}" for i in range(40)])
+        assert _wait_rows(query, 61, 60) == [1, 60]
+    finally:
+        query.stop()
+
+    # ... unless maxTriggerDelay has passed since the last one: then fewer rows make a micro-batch.
+    stream = spark.readStream.format("pulsar").options(
+        **_opts(
+            standalone,
+            topic=f"{topic_name}-delay",
+            startingOffsets="earliest",
+            minRecordsPerTrigger="1000",
+            maxTriggerDelay="3s",
+        )
+    )
+    _produce(client, f"{topic_name}-delay", ["x"])  # the topic exists before the query starts
+    query = stream.load().writeStream.format("noop").start()
+    try:
+        _wait_rows(query, 1, 60)  # the first call admits what is there
+        admitted = time.monotonic()
+        _produce(client, f"{topic_name}-delay", [f"y{i}" for i in range(10)], batching=True)
+        assert _wait_rows(query, 11, 60) == [1, 10]
+        assert time.monotonic() - admitted >= 2.5  # held back until the delay passed
+    finally:
+        query.stop()
