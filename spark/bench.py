@@ -307,6 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--steady-warmup-batches", type=int, default=150, help="micro-batches the steady stream runs before it is timed"
     )
+    p.add_argument(
+        "--steady-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a source option of the steady stream (repeatable), e.g. minRecordsPerTrigger=100000",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any one wait may take")
     p.add_argument("--produce-to", help=argparse.SUPPRESS)  # internal: the steady state's producer process
     args = p.parse_args(argv)
@@ -377,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         **{f"stream_{k}": v for k, v in s.items()},
         "stream_vs_batch_per_cpu_s": round(s["rows_per_cpu_s"] / b["rows_per_cpu_s"], 2),
         **_steady_result(steady, idle, b, args.trigger),
+        **({"steady_options": args.steady_option} if args.steady_option else {}),
         "load_average": [round(x, 1) for x in os.getloadavg()],
         "spark_python_lib": _spark_python_lib(),
     }
@@ -395,6 +403,15 @@ def _steady(
     try:
         ProgressCounter(query).wait_for(args.warmup, args.timeout)  # the backlog: at least one micro-batch
         _run_batches(query, args.service_url, conn["topic"], args.steady_warmup_batches, args.timeout)
+        options = dict(o.split("=", 1) for o in args.steady_option)
+        if options:
+            # Options such as minRecordsPerTrigger would hold the warm-up's small micro-batches back: the JVM
+            # was warmed up by the query above (its JIT-compiled code serves every query); this one, with the
+            # options, starts where it ended.
+            query.stop()
+            reader = spark.readStream.format("pulsar").options(**conn, **options, startingOffsets="latest").load()
+            query = reader.writeStream.format("noop").trigger(processingTime=args.trigger).start()
+            time.sleep(3.0)  # started: its planner process is up and has made its first call
         idle_s = 3.0
         cpu = spark_cpu()
         time.sleep(idle_s)

@@ -98,6 +98,10 @@ WAIT_POLL_S = 1.0
 #: (``spark.sql.streaming.pollingDelay``), and a lookup per call was a third of the source's polling cost.
 TOPIC_REFRESH_S = 1.0
 
+#: Seconds a micro-batch held back by ``minRecordsPerTrigger`` waits before the source looks the topics' ends up
+#: again: Spark asks every 10 ms with its default trigger, and each lookup is an admin call per partition.
+HOLD_POLL_S = 0.1
+
 #: Columns of every row besides the payload's (built without a JVM: planning runs in a Python worker).
 META_FIELDS = [
     StructField("__key", StringType()),
@@ -361,6 +365,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # minRecordsPerTrigger: when the last micro-batch was admitted (as Kafka's source: the query's first call
         # admits, and starts the clock), and per partition (when looked up, ledger layout, messages per entry).
         self._last_trigger = float("-inf")
+        self._held_until = float("-inf")  # no broker lookups before this while a micro-batch is held back
         self._layouts: dict[str, tuple[float, list[tuple[int, int]], float]] = {}
 
     def initialOffset(self) -> dict[str, str]:
@@ -398,6 +403,8 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, str] | None = None, limit: ReadLimit | None = None) -> dict[str, str]:
         if start is None:  # Spark 4.0/4.1 API: no start, no limit -> everything available now
             limit = ReadAllAvailable()
+        elif time.monotonic() < self._held_until:
+            return start  # held back by minRecordsPerTrigger a moment ago: no new lookup yet
         begin = load_offset(start or {})
         parts = self._topic_partitions()
         ends = self.planner.ends(parts)
@@ -450,6 +457,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pending = [p for p in sorted(target) if target[p] > begin.get(p, EARLIEST)]
             rows = sum(self._rows_between(p, begin.get(p, EARLIEST), target[p]) for p in pending)
             if rows < opts.min_records_per_trigger:
+                self._held_until = now + HOLD_POLL_S
                 return False
         self._last_trigger = now  # the clock starts at the query's first call, and again at every admission
         return True

@@ -314,3 +314,44 @@ def test_running_stream_resolves_its_topics_once_a_refresh_interval(
         assert f"{topic_name}-partition-2" in latest
     finally:
         reader.stop()
+
+
+def test_held_back_micro_batch_polls_the_broker_once_an_interval(
+    standalone: StandaloneProcess, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While minRecordsPerTrigger holds a micro-batch back, Spark still asks every 10 ms: the source looks the
+    topics' ends up again only once ``HOLD_POLL_S`` has passed (each lookup is an admin call per partition)."""
+    from magnetar.spark import datasource
+    from magnetar.spark.admin import Admin
+    from magnetar.spark.datasource import PulsarStreamReader
+    from magnetar.spark.options import SourceOptions
+
+    _produce(standalone.service_url, topic_name, 3)
+    lookups: list[str] = []
+    real = Admin.last_position
+
+    def counted(self: Admin, topic: str) -> Any:
+        lookups.append(topic)
+        return real(self, topic)
+
+    monkeypatch.setattr(Admin, "last_position", counted)
+    monkeypatch.setattr(datasource, "HOLD_POLL_S", 1.0)
+    opts = {"service.url": standalone.service_url, "admin.url": standalone.http_url, "topic": topic_name}
+    reader = PulsarStreamReader(
+        SourceOptions.parse({**opts, "startingOffsets": "earliest", "minRecordsPerTrigger": "100"}, streaming=True)
+    )
+    try:
+        first = reader.latestOffset(reader.initialOffset(), None)  # the first call admits what is there
+        assert first != reader.initialOffset()
+        _produce(standalone.service_url, topic_name, 5)
+        lookups.clear()
+        began = time.monotonic()
+        for _ in range(20):
+            assert reader.latestOffset(first, None) == first  # 5 < 100 rows: held back
+        assert time.monotonic() - began < 1.0, "the calls took too long for this test to tell"
+        assert len(lookups) == 1
+        time.sleep(1.1)
+        assert reader.latestOffset(first, None) == first
+        assert len(lookups) == 2
+    finally:
+        reader.stop()
