@@ -99,7 +99,8 @@ WAIT_POLL_S = 1.0
 TOPIC_REFRESH_S = 1.0
 
 #: Seconds a micro-batch held back by ``minRecordsPerTrigger`` waits before the source looks the topics' ends up
-#: again: Spark asks every 10 ms with its default trigger, and each lookup is an admin call per partition.
+#: again (``latestOffset`` sleeps that long): Spark asks every 10 ms with its default trigger, each call costs its
+#: JVM a round trip into the planner process, and each lookup an admin call per partition.
 HOLD_POLL_S = 0.1
 
 #: Columns of every row besides the payload's (built without a JVM: planning runs in a Python worker).
@@ -403,8 +404,11 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, str] | None = None, limit: ReadLimit | None = None) -> dict[str, str]:
         if start is None:  # Spark 4.0/4.1 API: no start, no limit -> everything available now
             limit = ReadAllAvailable()
-        elif time.monotonic() < self._held_until:
-            return start  # held back by minRecordsPerTrigger a moment ago: no new lookup yet
+        elif (wait := self._held_until - time.monotonic()) > 0:
+            # Held back by minRecordsPerTrigger a moment ago: pace Spark's polling (every 10 ms with the default
+            # trigger; each poll costs the JVM a call into this process and the broker an admin call per
+            # partition) to one lookup per HOLD_POLL_S. No micro-batch could run meanwhile anyway.
+            time.sleep(wait)
         begin = load_offset(start or {})
         parts = self._topic_partitions()
         ends = self.planner.ends(parts)
