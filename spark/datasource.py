@@ -461,7 +461,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pending = [p for p in sorted(target) if target[p] > begin.get(p, EARLIEST)]
             rows = sum(self._rows_between(p, begin.get(p, EARLIEST), target[p]) for p in pending)
             if rows < opts.min_records_per_trigger:
-                self._held_until = now + HOLD_POLL_S
+                self._held_until = time.monotonic() + HOLD_POLL_S  # after this call's lookups
                 return False
         self._last_trigger = now  # the clock starts at the query's first call, and again at every admission
         return True
