@@ -36,9 +36,17 @@ async def assert_ledger(bookie: Bookie, ledger_id: int, count: int, start: int =
 
 
 def crash_copy(bookie: Bookie, dest: Path) -> Path:
-    """Copy a running bookie's files: what a crash at this instant would leave on disk."""
-    shutil.copytree(bookie.config.data_dir, dest)
-    return dest
+    """Copy a running bookie's files: what a crash at this instant would leave on disk.
+
+    The journal's preallocation thread may rename a ``.tmp`` file between the copy's listing and its
+    read of that file; then the copy is taken again (bounded), as it would not be a consistent instant."""
+    for _attempt in range(5):
+        try:
+            shutil.copytree(bookie.config.data_dir, dest)
+            return dest
+        except (shutil.Error, FileNotFoundError):
+            shutil.rmtree(dest, ignore_errors=True)
+    raise AssertionError(f"no consistent copy of {bookie.config.data_dir} in 5 attempts")
 
 
 async def test_add_and_read_from_cache_and_disk(make_bookie) -> None:  # type: ignore[no-untyped-def]
