@@ -101,13 +101,20 @@ def test_example_job_runs_in_the_image(
 
 def test_images_spark_python_processes_import_bytecode(image: str) -> None:
     # Spark's Python processes (a planner per streaming query, the workers) import pyspark and py4j from
-    # these zips first on their path: with bytecode inside they do not compile them at every start.
+    # $SPARK_HOME/python/lib/*.zip, first on their path. The image replaces each zip by a compiled directory
+    # of that name (`precompile --unpack`): no compiling at every start, and no re-reading of a zip's index
+    # when Spark's runner invalidates the import caches. Unchecked hash-based pycs (flags 1) are used as
+    # they are, without reading the source.
     code = (
-        "import py4j.java_gateway as g, pyspark.sql.streaming.python_streaming_source_runner as m; "
-        "print(m.__file__); print(g.__file__)"
+        "import os, py4j.java_gateway as g, pyspark.sql.streaming.python_streaming_source_runner as m; "
+        "[print(x.__file__, os.path.isdir(x.__file__.split('.zip/')[0] + '.zip'), "
+        "int.from_bytes(open(x.__cached__, 'rb').read(8)[4:8], 'little')) for x in (m, g)]"
     )
-    path = "$(ls /opt/spark/python/lib/*.zip | paste -sd:)"  # pyspark.zip and py4j's, as Spark sets it
+    path = "$(ls -d /opt/spark/python/lib/*.zip | paste -sd:)"  # pyspark's and py4j's, as Spark sets it
     done = _run(image, "bash", "-c", f'PYTHONPATH={path} PYTHONDONTWRITEBYTECODE=1 python3 -c "{code}"')
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.split()
-    assert len(lines) == 2 and all(".zip/" in f and f.endswith(".pyc") for f in lines), done.stdout
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert len(rows) == 2, done.stdout
+    for file, unpacked, flags in rows:
+        assert "/opt/spark/python/lib/" in file and ".zip/" in file and file.endswith(".py"), file
+        assert unpacked == "True" and flags == "1", (file, unpacked, flags)
