@@ -118,6 +118,11 @@ class BrokerConfig:
     load_balancer_namespace_bundle_max_topics: int = _setting(
         1000, "A bundle with more topics than this is split in two by its owner."
     )
+    topic_load_timeout_seconds: float = _setting(
+        60,
+        "Longest wait of a topic load for the topic's previous instance to finish closing (an unload or bundle "
+        "move in progress); past it the client gets ServiceNotReady and retries.",
+    )
     broker_shutdown_timeout_ms: int = _setting(
         60_000, "Longest graceful shutdown (SIGTERM: readiness off, bundles unloaded, then close)."
     )

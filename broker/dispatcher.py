@@ -52,6 +52,7 @@ class Dispatcher:
         "_closed",
         "_idle_timer",
         "_read_backoff",
+        "_reading",
         "_sleeper",
         "_slept_at",
         "_started",
@@ -88,6 +89,7 @@ class Dispatcher:
         #: Made by the first failed read and dropped after a successful one (a fresh back-off is a reset
         #: one): most subscriptions never fail a read, and a Backoff with its floats is ~160 bytes.
         self._read_backoff: Backoff | None = None
+        self._reading = False
 
     # lifecycle
     def start(self) -> None:
@@ -107,6 +109,16 @@ class Dispatcher:
     def running(self) -> bool:
         """Whether a read loop task exists now (it ends after :data:`IDLE_EXIT_DELAY` idle)."""
         return self._task is not None
+
+    @property
+    def reading(self) -> bool:
+        """Whether a read (or replay) from the managed ledger is in flight now."""
+        return self._reading
+
+    @property
+    def waiting_for_entries(self) -> bool:
+        """Whether the loop sleeps with permits to spare, waiting for new entries (Pulsar's waitingReadOp)."""
+        return self._sleeper is not None and self._budget() > 0
 
     async def stop(self) -> None:
         """Stop the read loop (cancelling any read in flight); wakeups do not restart it until :meth:`start`."""
@@ -221,14 +233,21 @@ class Dispatcher:
             try:
                 if positions:
                     self.redelivery.difference_update(positions)
+                    self._reading = True
                     try:
                         entries = await cursor.replay_entries(positions)
                     except BaseException:
                         self._replay_failed(positions)  # not lost on failure or cancellation
                         raise
+                    finally:
+                        self._reading = False
                     replay = True
                 elif self._may_read() and cursor.has_more_entries():
-                    entries = await cursor.read_entries(budget)
+                    self._reading = True
+                    try:
+                        entries = await cursor.read_entries(budget)
+                    finally:
+                        self._reading = False
                     replay = False
                 else:
                     if self.subscription.topic.terminated and not self.redelivery and not cursor.has_more_entries():

@@ -101,6 +101,9 @@ class BrokerService:
         #: (the finished task is not kept: it would cost ~0.5 KiB per topic for nothing).
         self._topics: dict[str, PersistentTopic] = {}
         self._loading: dict[str, asyncio.Task[PersistentTopic]] = {}
+        #: Topics being unloaded, until their close ends: a load of the same name waits for it, so the old
+        #: instance cannot close the managed ledger under the new one (Pulsar drops a topic once closed).
+        self._closing: dict[str, asyncio.Future[None]] = {}
         self._server: asyncio.base_events.Server | None = None  # brokerServicePort (None: TLS only)
         self._tls_server: asyncio.base_events.Server | None = None  # brokerServicePortTls
         #: The TLS listeners' certificate (binary and HTTPS), reloaded as its files rotate; ``None``: no TLS port.
@@ -351,6 +354,12 @@ class BrokerService:
                 self._topics[key] = load.result()
 
     async def _load(self, name: TopicName, create: bool, explicit: bool = False) -> PersistentTopic:
+        closing = self._closing.get(str(name))
+        if closing is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(closing), self.config.topic_load_timeout_seconds)
+            except TimeoutError:
+                raise ServiceNotReadyError(f"Topic {name} is still being closed") from None
         # A cluster broker serves nothing before it joined.
         if self.namespaces is None and self.config.metadata_store_url:
             raise BrokerError("The broker is starting", pb.ServiceNotReady)
@@ -526,11 +535,22 @@ class BrokerService:
         return list(self._topics.values())
 
     async def unload_topic(self, topic: PersistentTopic) -> None:
+        """Close ``topic`` and forget it; a load of the same name meanwhile waits for the close to end."""
         key = str(topic.name)
         if self._topics.get(key) is topic:
             del self._topics[key]
-        await self.compaction.unloaded(key)
-        await topic.close()
+        previous = self._closing.get(key)
+        done = asyncio.get_running_loop().create_future()
+        self._closing[key] = done
+        try:
+            if previous is not None:  # an earlier unload of an older instance: the ledger is closed after both
+                await asyncio.shield(previous)
+            await self.compaction.unloaded(key)
+            await topic.close()
+        finally:
+            if self._closing.get(key) is done:
+                del self._closing[key]
+            done.set_result(None)
 
     async def close(self) -> None:
         """Stop accepting, close client connections and every topic (flushing cursors).

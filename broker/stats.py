@@ -268,11 +268,13 @@ def internal_stats(topic: PersistentTopic) -> dict[str, Any]:
     cursors = {}
     for name, sub in topic.subscriptions.items():
         c = sub.cursor
+        d = sub.dispatcher
+        reading = d is not None and d.reading
         cursors[name] = {
             "markDeletePosition": str(c.mark_delete_position),
             "readPosition": str(c.read_position),
-            "waitingReadOp": False,
-            "pendingReadOps": 0,
+            "waitingReadOp": d is not None and d.waiting_for_entries,
+            "pendingReadOps": int(reading),
             "messagesConsumedCounter": sub.meter_out.msgs,
             "cursorLedger": -1,
             "cursorLedgerLastEntry": -1,
@@ -282,7 +284,7 @@ def internal_stats(topic: PersistentTopic) -> dict[str, Any]:
             "active": bool(sub.consumers),
             "numberOfEntriesSinceFirstNotAckedMessage": sub.backlog(),
             "totalNonContiguousDeletedMessagesRange": 0,
-            "subscriptionHavePendingRead": False,
+            "subscriptionHavePendingRead": reading,
             "subscriptionHavePendingReplayRead": False,
             "properties": {},
         }

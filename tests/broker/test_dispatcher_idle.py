@@ -128,3 +128,30 @@ async def test_stopped_or_closed_dispatcher_is_not_restarted_by_wakeups(short_id
     d.start()
     assert not d.running and _loops() == []
     gc.collect()
+
+
+async def test_read_state_shows_a_read_in_flight_then_a_wait_for_entries(short_idle: float) -> None:
+    """What internal stats report as ``pendingReadOps`` / ``waitingReadOp``: a read in flight, then a
+    loop asleep with permits to spare (waiting for entries); neither once the loop ended idle."""
+    cursor = _Cursor()
+    gate = asyncio.Event()
+    read = cursor.read_entries
+
+    async def slow_read(n: int) -> list[Entry]:
+        await gate.wait()
+        return await read(n)
+
+    cursor.read_entries = slow_read  # type: ignore[method-assign]
+    d = _Collecting(cursor)
+    cursor.entries.append(Entry(Position(1, 0), b"x"))
+    d.start()
+    try:
+        await asyncio.sleep(0.01)
+        assert d.reading and not d.waiting_for_entries
+        gate.set()
+        await _until(lambda: d.waiting_for_entries)
+        assert not d.reading and d.waiting_for_entries and len(d.got) == 1
+        await _until(lambda: not d.running)
+        assert not d.reading and not d.waiting_for_entries
+    finally:
+        await d.close()

@@ -129,6 +129,22 @@ def _admin(broker: StandaloneProcess, method: str, path: str) -> None:
     urllib.request.urlopen(req, timeout=10).close()
 
 
+def _reader_state(broker: StandaloneProcess, topic: str) -> str:
+    """The broker's view of a topic's readers: each consumer's permits, each cursor's positions and reads."""
+    base = f"{broker.http_url}/admin/v2/persistent/{topic[13:]}"
+    with urllib.request.urlopen(f"{base}/stats", timeout=10) as r:
+        stats = json.load(r)
+    with urllib.request.urlopen(f"{base}/internalStats", timeout=10) as r:
+        internal = json.load(r)
+    subs = {
+        name: [{k: c.get(k) for k in ("availablePermits", "msgOutCounter", "unackedMessages")} for c in s["consumers"]]
+        for name, s in stats["subscriptions"].items()
+    }
+    keys = ("readPosition", "markDeletePosition", "waitingReadOp", "pendingReadOps", "active")
+    cursors = {name: {k: c.get(k) for k in keys} for name, c in internal["cursors"].items()}
+    return f"lastConfirmedEntry {internal['lastConfirmedEntry']}, consumers {subs}, cursors {cursors}"
+
+
 def _first_ledger(broker: StandaloneProcess, topic: str) -> int | None:
     with urllib.request.urlopen(f"{broker.http_url}/admin/v2/persistent/{topic[13:]}/internalStats", timeout=10) as r:
         ledgers = [li["ledgerId"] for li in json.load(r)["ledgers"] if li.get("entries", 0) > 0]
@@ -259,6 +275,8 @@ def test_topic_reloaded_during_a_read_gives_each_row_once(standalone: Standalone
             if len(values) >= 300 and not unloaded:
                 _admin(standalone, "PUT", f"{topic_name[13:]}/unload")
                 unloaded = True
+    except TimeoutError as exc:  # a stalled reader: say which side stopped (permits, read position, reads)
+        raise AssertionError(f"{exc}; {len(values)} rows read; {_reader_state(standalone, topic_name)}") from exc
     finally:
         planner.close()
     assert unloaded

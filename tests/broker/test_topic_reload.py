@@ -1,0 +1,99 @@
+"""A topic loaded again while its unload is still closing it (a client reconnecting at once after an unload
+or a bundle move) must get a managed ledger of its own, opened after the old topic closed the old one:
+never the instance the old topic is about to close under it.
+
+In-process broker service over the embedded metadata store and the in-memory ledger double (no ports)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.resources import Resources, initialize_standalone
+from magnetar.broker.service import BrokerService
+from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic_name import TopicName
+from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
+from magnetar.metadata.embedded import EmbeddedMetadataStore
+from tests.managed_ledger.ml_memory_ledger import MemoryLedgerClient
+
+NAME = TopicName.parse("persistent://public/default/reloaded")
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[BrokerService]:
+    store = EmbeddedMetadataStore(":memory:")
+    await store.start()
+    factory = ManagedLedgerFactoryImpl(store, MemoryLedgerClient(), trim_delay_seconds=0.01)
+    config = BrokerConfig(broker_service_port=None, web_service_port=None)
+    await initialize_standalone(Resources(store), config.cluster_name, "pulsar://127.0.0.1:1", "http://127.0.0.1:1")
+    svc = BrokerService(config, store, factory)
+    await svc.start()
+    try:
+        yield svc
+    finally:
+        await svc.close()
+        await factory.close()
+        await store.close()
+
+
+async def test_a_load_during_an_unload_waits_for_the_close_and_opens_its_own_ledger(
+    service: BrokerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = await service.get_topic(NAME, create=True)
+    await old.ledger.add_entry(b"before the unload")
+    held = asyncio.Event()
+    closing = asyncio.Event()
+    close = PersistentTopic.close
+
+    async def slow_close(topic: PersistentTopic) -> None:  # the old topic's close takes a while (cursors, dedup)
+        if topic is old:
+            closing.set()
+            await held.wait()
+        await close(topic)
+
+    monkeypatch.setattr(PersistentTopic, "close", slow_close)
+    unload = asyncio.create_task(service.unload_topic(old))
+    await asyncio.wait_for(closing.wait(), 5)
+    load = asyncio.create_task(service.get_topic(NAME, create=False))
+    await asyncio.sleep(0.2)
+    assert not load.done(), "the topic was loaded again while its old instance still had the ledger open"
+    held.set()
+    await asyncio.wait_for(unload, 5)
+    new = await asyncio.wait_for(load, 5)
+    assert new is not old and not new.closed
+    assert new.ledger is not old.ledger
+    # The new instance's ledger is open and holds what was written before the unload.
+    await new.ledger.add_entry(b"after the reload")
+    assert new.ledger.number_of_entries == 2
+
+
+async def test_a_load_waits_at_most_the_topic_load_timeout_for_a_stuck_close(
+    service: BrokerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A close that never ends (a bookie gone silent) must not hang every later load: after
+    ``topicLoadTimeoutSeconds`` the load fails with ServiceNotReady and the client retries."""
+    from magnetar.broker.errors import BrokerError
+    from magnetar.broker.protocol import pulsar_api_pb2 as pb
+
+    monkeypatch.setattr(service.config, "topic_load_timeout_seconds", 0.3)
+    old = await service.get_topic(NAME, create=True)
+    never = asyncio.Event()
+    close = PersistentTopic.close
+
+    async def stuck_close(topic: PersistentTopic) -> None:
+        if topic is old:
+            await never.wait()
+        await close(topic)
+
+    monkeypatch.setattr(PersistentTopic, "close", stuck_close)
+    unload = asyncio.create_task(service.unload_topic(old))
+    await asyncio.sleep(0)
+    with pytest.raises(BrokerError) as err:
+        await asyncio.wait_for(service.get_topic(NAME, create=False), 5)
+    assert err.value.code == pb.ServiceNotReady
+    unload.cancel()
+    await asyncio.gather(unload, return_exceptions=True)
