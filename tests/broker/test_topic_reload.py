@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.resources import Resources, initialize_standalone
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import PersistentTopic
@@ -44,6 +45,7 @@ async def test_a_load_during_an_unload_waits_for_the_close_and_opens_its_own_led
     service: BrokerService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     old = await service.get_topic(NAME, create=True)
+    await old.subscribe("keep", True, pb.CommandSubscribe.Earliest, None)  # nothing is trimmed at the reload
     await old.ledger.add_entry(b"before the unload")
     held = asyncio.Event()
     closing = asyncio.Event()
@@ -69,6 +71,7 @@ async def test_a_load_during_an_unload_waits_for_the_close_and_opens_its_own_led
     # The new instance's ledger is open and holds what was written before the unload.
     await new.ledger.add_entry(b"after the reload")
     assert new.ledger.number_of_entries == 2
+    assert "keep" in new.subscriptions
 
 
 async def test_a_load_waits_at_most_the_topic_load_timeout_for_a_stuck_close(
@@ -77,7 +80,6 @@ async def test_a_load_waits_at_most_the_topic_load_timeout_for_a_stuck_close(
     """A close that never ends (a bookie gone silent) must not hang every later load: after
     ``topicLoadTimeoutSeconds`` the load fails with ServiceNotReady and the client retries."""
     from magnetar.broker.errors import BrokerError
-    from magnetar.broker.protocol import pulsar_api_pb2 as pb
 
     monkeypatch.setattr(service.config, "topic_load_timeout_seconds", 0.3)
     old = await service.get_topic(NAME, create=True)
