@@ -61,6 +61,9 @@ class OperatorConfig:
     watch_secrets: bool = False
     #: seconds between passes over a MagnetarCluster that is not Ready yet (start-up, rollouts)
     cluster_poll: float = 5.0
+    #: seconds one Kubernetes API request of kopf's (finalizers, progress, status patches) may take before
+    #: kopf retries it; kopf's own default (300) could hold one resource's handlers that long
+    api_request_timeout: float = 30.0
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -84,6 +87,7 @@ class OperatorConfig:
             watch_secrets=is_true(os.environ.get("MAGNETAR_OPERATOR_WATCH_SECRETS", "false")),
             topic_list_cache_seconds=_float("MAGNETAR_OPERATOR_TOPIC_LIST_CACHE_SECONDS", cls.topic_list_cache_seconds),
             cluster_poll=_float("MAGNETAR_OPERATOR_CLUSTER_POLL", cls.cluster_poll),
+            api_request_timeout=_float("MAGNETAR_OPERATOR_API_REQUEST_TIMEOUT", cls.api_request_timeout),
         )
 
     def inline_url_refusal(self, url: str) -> str | None:

@@ -150,6 +150,10 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     # Events are posted explicitly (events_for); kopf's own log lines become Events only from warnings up.
     settings.posting.level = logging.WARNING
+    # Bounded API requests: one that hangs is retried with kopf's back-offs instead of stalling the
+    # resource's handlers for kopf's default 5 minutes.
+    settings.networking.request_timeout = CONFIG.api_request_timeout
+    settings.networking.connect_timeout = min(10.0, CONFIG.api_request_timeout)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.batching.error_delays = (1, 2, 5, 10, 30)
