@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.broker import consumer_commands, lookup_commands, producer_commands
 from magnetar.broker.auth.provider import Authenticated, AuthenticationData
 from magnetar.broker.consumer import Consumer
-from magnetar.broker.errors import AuthenticationError, BrokerError
+from magnetar.broker.errors import AuthenticationError, BrokerError, storage_error_code
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
@@ -29,14 +29,6 @@ from magnetar.broker.protocol.validate import invalid_string_field
 from magnetar.broker.tls import peer_certificate
 from magnetar.broker.topic_list import TopicListWatcher
 from magnetar.common.tasks import TaskSet
-from magnetar.ledger.api import LedgerError
-from magnetar.managed_ledger.api import (
-    CursorNotFoundError,
-    ManagedLedgerClosedError,
-    ManagedLedgerError,
-    ManagedLedgerFencedError,
-)
-from magnetar.metadata.api import MetadataError as StoreMetadataError
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -308,7 +300,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             except BrokerError as exc:
                 self.write(builder(request_id, exc.code, exc.message))
             except Exception as exc:
-                code = _storage_error_code(exc)
+                code = storage_error_code(exc)
                 if code is None:  # a bug: keep the traceback
                     log.exception("request %s from %s failed", request_id, self.peer)
                     code = pb.UnknownError
@@ -464,20 +456,6 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def on_pong(self, cmd: T, frame: Frame) -> None:
         pass
-
-
-def _storage_error_code(exc: Exception) -> pb.ServerError | None:
-    """Pulsar's error code for a failure of storage or metadata a request can meet in normal operation
-    (the topic fenced or closed under it, a timeout), or None for anything else."""
-    if isinstance(exc, CursorNotFoundError):
-        return pb.SubscriptionNotFound
-    if isinstance(exc, (ManagedLedgerFencedError, ManagedLedgerClosedError, TimeoutError)):
-        return pb.ServiceNotReady
-    if isinstance(exc, (ManagedLedgerError, LedgerError)):
-        return pb.PersistenceError
-    if isinstance(exc, StoreMetadataError):
-        return pb.MetadataError
-    return None
 
 
 def _request_id(cmd: T) -> int:

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.ledger.api import LedgerError
+from magnetar.managed_ledger.api import (
+    CursorNotFoundError,
+    ManagedLedgerClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+)
+from magnetar.metadata.api import MetadataError as StoreMetadataError
 
 
 class BrokerError(Exception):
@@ -108,3 +116,17 @@ class AuthorizationError(BrokerError):
 
     code = pb.AuthorizationError
     http_status = 403
+
+
+def storage_error_code(exc: BaseException) -> pb.ServerError | None:
+    """Pulsar's error code for a failure of storage or metadata a request can meet in normal operation
+    (the topic fenced or closed under it, a timeout), or None for anything else (a bug)."""
+    if isinstance(exc, CursorNotFoundError):
+        return pb.SubscriptionNotFound
+    if isinstance(exc, (ManagedLedgerFencedError, ManagedLedgerClosedError, TimeoutError)):
+        return pb.ServiceNotReady
+    if isinstance(exc, (ManagedLedgerError, LedgerError)):
+        return pb.PersistenceError
+    if isinstance(exc, StoreMetadataError):
+        return pb.MetadataError
+    return None

@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from magnetar.broker.auth.authorization import AuthorizationService
@@ -511,21 +512,22 @@ class BrokerService:
         await self.authorization.remove_topic_permissions(name)
 
     async def _delete_one(self, name: TopicName, force: bool, missing_ok: bool) -> None:
-        topic = self.loaded_topic(name)
-        if topic is not None:
-            if not force and topic.has_connected_clients():
-                raise TopicBusyError("Topic has active producers/subscriptions")
-            await self.compaction.forget(topic, str(name))
-            await self.unload_topic(topic)
-        if not name.persistent:
-            if topic is None and not missing_ok:
-                raise TopicNotFoundError("Topic not found")
-            return
-        elif not await self.resources.topic_stored(name):
-            if missing_ok:
+        async with self._retiring(str(name)):  # loads wait for the whole deletion, the ledger's included
+            topic = self.loaded_topic(name)
+            if topic is not None:
+                if not force and topic.has_connected_clients():
+                    raise TopicBusyError("Topic has active producers/subscriptions")
+                await self.compaction.forget(topic, str(name))
+                await self._close_loaded(topic)
+            if not name.persistent:
+                if topic is None and not missing_ok:
+                    raise TopicNotFoundError("Topic not found")
                 return
-            raise TopicNotFoundError("Topic not found")
-        await self.ledgers.delete(name.persistence_name)
+            elif not await self.resources.topic_stored(name):
+                if missing_ok:
+                    return
+                raise TopicNotFoundError("Topic not found")
+            await self.ledgers.delete(name.persistence_name)
 
     @staticmethod
     def _partitioned_path(name: TopicName) -> str:
@@ -536,17 +538,27 @@ class BrokerService:
 
     async def unload_topic(self, topic: PersistentTopic) -> None:
         """Close ``topic`` and forget it; a load of the same name meanwhile waits for the close to end."""
+        async with self._retiring(str(topic.name)):
+            await self._close_loaded(topic)
+
+    async def _close_loaded(self, topic: PersistentTopic) -> None:
         key = str(topic.name)
         if self._topics.get(key) is topic:
             del self._topics[key]
+        await self.compaction.unloaded(key)
+        await topic.close()
+
+    @contextlib.asynccontextmanager
+    async def _retiring(self, key: str) -> AsyncIterator[None]:
+        """While the body closes (or deletes) topic ``key``, its loads wait: a new instance must not open the
+        managed ledger the old one is closing or deleting (Pulsar drops a topic from its cache once closed)."""
         previous = self._closing.get(key)
         done = asyncio.get_running_loop().create_future()
         self._closing[key] = done
         try:
-            if previous is not None:  # an earlier unload of an older instance: the ledger is closed after both
+            if previous is not None:  # an earlier retirement of the same name ends first
                 await asyncio.shield(previous)
-            await self.compaction.unloaded(key)
-            await topic.close()
+            yield
         finally:
             if self._closing.get(key) is done:
                 del self._closing[key]

@@ -9,6 +9,7 @@ Each module creates its operations with :func:`route`; handlers raise :class:`Re
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,9 +18,11 @@ from typing import Any, Literal, TypeVar, overload
 from aiohttp import web
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from magnetar.broker.errors import BrokerError
+from magnetar.broker.errors import BrokerError, storage_error_code
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.service import BrokerService
+
+log = logging.getLogger(__name__)
 
 SERVICE_KEY = web.AppKey("service", BrokerService)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -220,6 +223,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status >= 400 and exc.content_type != "application/json":
             return json_response({"reason": exc.reason}, exc.status)
         raise
+    except Exception as exc:
+        code = storage_error_code(exc)
+        if code is None:  # a bug: aiohttp logs the traceback
+            raise
+        # Storage or metadata refused (the topic fenced or closed under the request, a timeout): one line.
+        log.warning("%s %s failed: %s: %s", request.method, request.path, type(exc).__name__, exc)
+        return json_response({"reason": str(exc)}, _BROKER_ERROR_STATUS.get(code, 500))
 
 
 _PATH_PARAM = re.compile(r"\{(\w+)(?::[^}]*)?\}")

@@ -99,3 +99,33 @@ async def test_a_load_waits_at_most_the_topic_load_timeout_for_a_stuck_close(
     assert err.value.code == pb.ServiceNotReady
     unload.cancel()
     await asyncio.gather(unload, return_exceptions=True)
+
+
+async def test_a_load_during_a_delete_waits_for_it_and_finds_no_topic(
+    service: BrokerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An admin call (stats) or a lookup while the topic is being deleted (the inactive-topic deleter)
+    waits for the whole deletion, the managed ledger's included, then finds no topic: not an open racing
+    the removal of the managed ledger (which failed as fenced: a 500)."""
+    from magnetar.broker.errors import TopicNotFoundError
+
+    await (await service.get_topic(NAME, create=True)).ledger.add_entry(b"doomed")
+    held = asyncio.Event()
+    deleting = asyncio.Event()
+    delete_ledger = service.ledgers.delete
+
+    async def slow_delete(name: str) -> None:  # the managed ledger's removal takes a while (bookies, metadata)
+        deleting.set()
+        await held.wait()
+        await delete_ledger(name)
+
+    monkeypatch.setattr(service.ledgers, "delete", slow_delete)
+    delete = asyncio.create_task(service.delete_topic(NAME))
+    await asyncio.wait_for(deleting.wait(), 5)
+    load = asyncio.create_task(service.get_topic(NAME, create=False))
+    await asyncio.sleep(0.2)
+    assert not load.done(), "the topic was loaded while its managed ledger was being deleted"
+    held.set()
+    await asyncio.wait_for(delete, 5)
+    with pytest.raises(TopicNotFoundError):
+        await asyncio.wait_for(load, 5)
