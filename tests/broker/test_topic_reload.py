@@ -7,7 +7,7 @@ In-process broker service over the embedded metadata store and the in-memory led
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 
@@ -41,6 +41,21 @@ async def service() -> AsyncIterator[BrokerService]:
         await store.close()
 
 
+async def _load_while_held(
+    service: BrokerService, retire: Awaitable[None], started: asyncio.Event, held: asyncio.Event, why: str
+) -> asyncio.Task[PersistentTopic]:
+    """Run ``retire`` (an unload or a delete that sets ``started``, then waits for ``held``), start a load of
+    the topic while it is held and check that the load waits; release it, and return the load."""
+    retiring = asyncio.create_task(retire)
+    await asyncio.wait_for(started.wait(), 5)
+    load = asyncio.create_task(service.get_topic(NAME, create=False))
+    await asyncio.sleep(0.2)
+    assert not load.done(), why
+    held.set()
+    await asyncio.wait_for(retiring, 5)
+    return load
+
+
 async def test_a_load_during_an_unload_waits_for_the_close_and_opens_its_own_ledger(
     service: BrokerService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -58,13 +73,8 @@ async def test_a_load_during_an_unload_waits_for_the_close_and_opens_its_own_led
         await close(topic)
 
     monkeypatch.setattr(PersistentTopic, "close", slow_close)
-    unload = asyncio.create_task(service.unload_topic(old))
-    await asyncio.wait_for(closing.wait(), 5)
-    load = asyncio.create_task(service.get_topic(NAME, create=False))
-    await asyncio.sleep(0.2)
-    assert not load.done(), "the topic was loaded again while its old instance still had the ledger open"
-    held.set()
-    await asyncio.wait_for(unload, 5)
+    why = "the topic was loaded again while its old instance still had the ledger open"
+    load = await _load_while_held(service, service.unload_topic(old), closing, held, why)
     new = await asyncio.wait_for(load, 5)
     assert new is not old and not new.closed
     assert new.ledger is not old.ledger
@@ -120,12 +130,7 @@ async def test_a_load_during_a_delete_waits_for_it_and_finds_no_topic(
         await delete_ledger(name)
 
     monkeypatch.setattr(service.ledgers, "delete", slow_delete)
-    delete = asyncio.create_task(service.delete_topic(NAME))
-    await asyncio.wait_for(deleting.wait(), 5)
-    load = asyncio.create_task(service.get_topic(NAME, create=False))
-    await asyncio.sleep(0.2)
-    assert not load.done(), "the topic was loaded while its managed ledger was being deleted"
-    held.set()
-    await asyncio.wait_for(delete, 5)
+    why = "the topic was loaded while its managed ledger was being deleted"
+    load = await _load_while_held(service, service.delete_topic(NAME), deleting, held, why)
     with pytest.raises(TopicNotFoundError):
         await asyncio.wait_for(load, 5)

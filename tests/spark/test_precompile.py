@@ -16,14 +16,21 @@ def _import(archive: Path, module: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_zip_modules_are_imported_from_bytecode(tmp_path: Path) -> None:
+def _sample_zip(tmp_path: Path) -> Path:
+    """``$SPARK_HOME/python/lib/pkg.zip`` under ``tmp_path``: a package with a module, a module that does not
+    compile (left as it is: fails at import as before) and a data file."""
     archive = tmp_path / "python" / "lib" / "pkg.zip"
     archive.parent.mkdir(parents=True)
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("pkg/__init__.py", "")
         z.writestr("pkg/mod.py", "VALUE = 6 * 7\n")
-        z.writestr("pkg/broken.py", "def (:\n")  # left as it is: fails at import as before
+        z.writestr("pkg/broken.py", "def (:\n")
         z.writestr("pkg/data.txt", "kept")
+    return archive
+
+
+def test_zip_modules_are_imported_from_bytecode(tmp_path: Path) -> None:
+    archive = _sample_zip(tmp_path)
     before = _import(archive, "pkg.mod")
     assert before.stdout.split() == [f"{archive}/pkg/mod.py", "42"]
 
@@ -47,13 +54,7 @@ def test_zip_modules_are_imported_from_bytecode(tmp_path: Path) -> None:
 def test_unpack_replaces_each_zip_by_a_compiled_directory_of_the_same_name(tmp_path: Path) -> None:
     # Spark puts `.../pyspark.zip` on the path by name: a directory of that name is imported like any other
     # (no zipimport, whose caches Spark's runner invalidates, re-reading the zip's index per package).
-    archive = tmp_path / "python" / "lib" / "pkg.zip"
-    archive.parent.mkdir(parents=True)
-    with zipfile.ZipFile(archive, "w") as z:
-        z.writestr("pkg/__init__.py", "")
-        z.writestr("pkg/mod.py", "VALUE = 6 * 7\n")
-        z.writestr("pkg/broken.py", "def (:\n")
-        z.writestr("pkg/data.txt", "kept")
+    archive = _sample_zip(tmp_path)
 
     from magnetar.spark.precompile import main
 

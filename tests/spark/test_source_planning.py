@@ -283,6 +283,21 @@ def test_topic_reloaded_during_a_read_gives_each_row_once(standalone: Standalone
     assert len(values) == len(set(values)) == 900
 
 
+def _count_admin_calls(monkeypatch: pytest.MonkeyPatch, method: str) -> list[str]:
+    """The topics the Spark source's ``Admin.<method>`` is called for, from now on (calls go through)."""
+    from magnetar.spark.admin import Admin
+
+    calls: list[str] = []
+    real = getattr(Admin, method)
+
+    def counted(self: Admin, topic: str) -> Any:
+        calls.append(topic)
+        return real(self, topic)
+
+    monkeypatch.setattr(Admin, method, counted)
+    return calls
+
+
 def _put_partitions(broker: StandaloneProcess, topic: str, n: int, method: str = "PUT") -> None:
     req = urllib.request.Request(
         f"{broker.http_url}/admin/v2/persistent/{topic[13:]}/partitions",
@@ -299,20 +314,12 @@ def test_running_stream_resolves_its_topics_once_a_refresh_interval(
     """Spark asks a running stream for its latest offset every 10 ms while idle: the topics' partitions are
     looked up again once ``TOPIC_REFRESH_S`` has passed, not on every call; a grown topic is read then."""
     from magnetar.spark import datasource
-    from magnetar.spark.admin import Admin
     from magnetar.spark.datasource import PulsarStreamReader
     from magnetar.spark.options import SourceOptions
 
     _put_partitions(standalone, topic_name, 2)
     _produce(standalone.service_url, topic_name, 4)
-    lookups: list[str] = []
-    real = Admin.partitions
-
-    def counted(self: Admin, topic: str) -> int:
-        lookups.append(topic)
-        return real(self, topic)
-
-    monkeypatch.setattr(Admin, "partitions", counted)
+    lookups = _count_admin_calls(monkeypatch, "partitions")
     monkeypatch.setattr(datasource, "TOPIC_REFRESH_S", 2.0)
     opts = {"service.url": standalone.service_url, "admin.url": standalone.http_url, "topic": topic_name}
     reader = PulsarStreamReader(SourceOptions.parse({**opts, "startingOffsets": "earliest"}, streaming=True))
@@ -340,19 +347,11 @@ def test_held_back_micro_batch_paces_the_polling(
     """While minRecordsPerTrigger holds a micro-batch back, Spark still asks every 10 ms (each call a round trip
     from its JVM, and a lookup an admin call per partition): ``latestOffset`` answers once per ``HOLD_POLL_S``."""
     from magnetar.spark import datasource
-    from magnetar.spark.admin import Admin
     from magnetar.spark.datasource import PulsarStreamReader
     from magnetar.spark.options import SourceOptions
 
     _produce(standalone.service_url, topic_name, 3)
-    lookups: list[str] = []
-    real = Admin.last_position
-
-    def counted(self: Admin, topic: str) -> Any:
-        lookups.append(topic)
-        return real(self, topic)
-
-    monkeypatch.setattr(Admin, "last_position", counted)
+    lookups = _count_admin_calls(monkeypatch, "last_position")
     monkeypatch.setattr(datasource, "HOLD_POLL_S", 0.3)
     opts = {"service.url": standalone.service_url, "admin.url": standalone.http_url, "topic": topic_name}
     reader = PulsarStreamReader(
