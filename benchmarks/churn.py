@@ -83,16 +83,28 @@ def main() -> None:
             n = 0
             while time.monotonic() - start < args.seconds and n < args.connections:
                 if time.monotonic() >= next_sample:
-                    sample = {"t": round(time.monotonic() - start), "connections": n, "rss_mib": round(rss_mib(pid), 1),
-                              "topics": loaded_topics(broker.http_url)}
+                    sample = {
+                        "t": round(time.monotonic() - start),
+                        "connections": n,
+                        "rss_mib": round(rss_mib(pid), 1),
+                        "topics": loaded_topics(broker.http_url),
+                    }
                     samples.append(sample)
                     print(json.dumps(sample), flush=True)
                     next_sample += args.sample
                 one_connection(broker.port, rng, n, not args.no_subscribe)
                 n += 1
             time.sleep(2)
-            print(json.dumps({"t": round(time.monotonic() - start), "connections": n,
-                              "rss_mib": round(rss_mib(pid), 1), "topics": loaded_topics(broker.http_url)}))
+            print(
+                json.dumps(
+                    {
+                        "t": round(time.monotonic() - start),
+                        "connections": n,
+                        "rss_mib": round(rss_mib(pid), 1),
+                        "topics": loaded_topics(broker.http_url),
+                    }
+                )
+            )
         finally:
             broker.stop()
 

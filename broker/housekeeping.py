@@ -131,7 +131,6 @@ class Housekeeper:
             except Exception as exc:  # a client may have connected meanwhile
                 log.info("inactive topic %s not deleted: %s", topic.name, exc)
 
-
     # ------------------------------------------------------------------ idle topics
     async def unload_idle_topics(self) -> None:
         """Unload topics with no producer or consumer, idle for ``brokerUnloadInactiveTopicsSeconds``.

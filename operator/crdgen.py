@@ -41,9 +41,7 @@ def _bool(description: str) -> Schema:
     return {"type": "boolean", "description": description}
 
 
-def _obj(
-    description: str, properties: dict[str, Schema], required: list[str] | None = None, /, **extra: Any
-) -> Schema:
+def _obj(description: str, properties: dict[str, Schema], required: list[str] | None = None, /, **extra: Any) -> Schema:
     out: Schema = {"type": "object", "description": description, "properties": properties}
     if required:
         out["required"] = required

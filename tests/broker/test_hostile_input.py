@@ -189,9 +189,7 @@ def test_invalid_utf8_topic_is_invalid_topic_name(standalone: StandaloneProcess,
         raw.close()
 
 
-def test_invalid_utf8_names_are_refused_and_stats_keep_working(
-    standalone: StandaloneProcess, topic_name: str
-) -> None:
+def test_invalid_utf8_names_are_refused_and_stats_keep_working(standalone: StandaloneProcess, topic_name: str) -> None:
     raw = RawClient(standalone.port)
     try:
         raw.connect()
@@ -321,15 +319,16 @@ def test_admin_get_message_with_corrupt_payload_is_409(standalone: StandalonePro
             assert b"reason" in body
 
 
-def test_admin_get_message_with_control_characters_in_metadata(
-    standalone: StandaloneProcess, topic_name: str
-) -> None:
+def test_admin_get_message_with_control_characters_in_metadata(standalone: StandaloneProcess, topic_name: str) -> None:
     raw = RawClient(standalone.port)
     try:
         raw.connect()
         assert raw.create_producer(topic_name).type == T.PRODUCER_SUCCESS
         meta = pb.MessageMetadata(
-            producer_name="evil\r\nSet-Cookie: x=1", sequence_id=0, publish_time=1, partition_key="k\n\x00",
+            producer_name="evil\r\nSet-Cookie: x=1",
+            sequence_id=0,
+            publish_time=1,
+            partition_key="k\n\x00",
             properties=[pb.KeyValue(key="a b\r\n", value="v\r\nX-Injected: 1"), pb.KeyValue(key="ok", value="\x07")],
         ).SerializeToString()
         raw.send_message(1, 0, b"", entry=_entry_with_raw_metadata(meta, b"body"))
@@ -344,9 +343,7 @@ def test_admin_get_message_with_control_characters_in_metadata(
     assert headers["X-Pulsar-PROPERTY-ok"] == "%07"
 
 
-def test_redeliver_with_unknown_ids_redelivers_the_known_ones(
-    standalone: StandaloneProcess, topic_name: str
-) -> None:
+def test_redeliver_with_unknown_ids_redelivers_the_known_ones(standalone: StandaloneProcess, topic_name: str) -> None:
     raw = RawClient(standalone.port)
     try:
         raw.connect()

@@ -213,7 +213,12 @@ def test_rolling_update_while_producing_loses_and_duplicates_nothing(harness: Ha
     rolls = [m for r, m in harness.events(NAME) if r == "RollingUpdate"]
     restarted = {m.split(" pod ")[1].split()[0] for m in rolls}
     assert restarted == {
-        "demo-bookie-0", "demo-bookie-1", "demo-bookie-2", "demo-bookie-3", "demo-broker-0", "demo-broker-1"
+        "demo-bookie-0",
+        "demo-bookie-1",
+        "demo-bookie-2",
+        "demo-bookie-3",
+        "demo-broker-0",
+        "demo-broker-1",
     }, rolls
 
     acked = [int(x) for x in (out / "acked.txt").read_text().split()]

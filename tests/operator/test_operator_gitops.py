@@ -280,9 +280,10 @@ def test_uninstall_releases_finalizers_and_keeps_pulsar_objects(cluster: Cluster
          "magnetar-operator"], env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert cluster.emu.call(cluster.emu.emulator.get, "deployments", "default", "magnetar-operator")["spec"][
-        "replicas"
-    ] == 0
+    assert (
+        cluster.emu.call(cluster.emu.emulator.get, "deployments", "default", "magnetar-operator")["spec"]["replicas"]
+        == 0
+    )
     assert not (cluster.obj("topics", "strict") or {})["metadata"].get("finalizers")
     assert any(reason == "FinalizerReleased" for reason, _ in cluster.events("strict"))
     cluster.kubectl("delete", "--wait=false", "topic", "strict")

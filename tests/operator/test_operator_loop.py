@@ -103,9 +103,7 @@ class Cluster:
                 return None
             raise
 
-    def wait(
-        self, check: Callable[[], Any], what: str, timeout: float = 25.0, about: str | None = None
-    ) -> Any:
+    def wait(self, check: Callable[[], Any], what: str, timeout: float = 25.0, about: str | None = None) -> Any:
         """Poll ``check`` until truthy; on timeout fail with the operator's log (``about``: the lines naming
         that object, then the object as stored, so a stalled handler shows where it stopped)."""
         deadline = time.monotonic() + timeout
@@ -124,9 +122,7 @@ class Cluster:
             plural, _, name = about.partition("/")
             lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if name in ln]
             detail = "\n".join(["", f"log lines naming {name}:", *lines[-40:], f"stored: {self.obj(plural, name)!r}"])
-        raise AssertionError(
-            f"timed out waiting for {what} (last: {last!r})\noperator log:\n{self.log_tail()}{detail}"
-        )
+        raise AssertionError(f"timed out waiting for {what} (last: {last!r})\noperator log:\n{self.log_tail()}{detail}")
 
     def wait_ready(self, plural: str, name: str, status: str = "True", reason: str | None = None) -> None:
         def check() -> bool:

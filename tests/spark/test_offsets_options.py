@@ -324,7 +324,13 @@ def test_min_records_per_trigger_and_max_trigger_delay() -> None:
     assert SourceOptions.parse({**BASE, "topic": "a"}, streaming=True).min_records_per_trigger is None
     # Spark's time strings as the Kafka source takes them (a bare number is milliseconds).
     assert [parse_duration_ms(v, "d") for v in ("250", "250ms", "5s", "2 min", "15m", "1h", "1d")] == [
-        250, 250, 5000, 120000, 900000, 3600000, 86400000
+        250,
+        250,
+        5000,
+        120000,
+        900000,
+        3600000,
+        86400000,
     ]
 
 

@@ -43,7 +43,12 @@ def test_zip_modules_are_imported_from_bytecode(tmp_path: Path) -> None:
         names = set(z.namelist())
         assert z.read("pkg/data.txt") == b"kept"
     assert names == {
-        "pkg/__init__.py", "pkg/__init__.pyc", "pkg/mod.py", "pkg/mod.pyc", "pkg/broken.py", "pkg/data.txt"
+        "pkg/__init__.py",
+        "pkg/__init__.pyc",
+        "pkg/mod.py",
+        "pkg/mod.pyc",
+        "pkg/broken.py",
+        "pkg/data.txt",
     }
     after = _import(archive, "pkg.mod")
     assert after.stdout.split() == [f"{archive}/pkg/mod.pyc", "42"], after.stderr
