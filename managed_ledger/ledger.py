@@ -18,7 +18,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from magnetar.ledger.api import LedgerError, NoSuchLedgerError
-from magnetar.managed_ledger import positions, retention
+from magnetar.managed_ledger import positions, retention, seek
 from magnetar.managed_ledger.api import (
     EARLIEST,
     LATEST,
@@ -400,45 +400,8 @@ class ManagedLedgerImpl(ManagedLedger):
     ) -> Position | None:
         self._check_open()
         first = self.normalize_position(start) if start is not None and start != EARLIEST else self.first_position
-        last = self._last_confirmed
-        # Index the stored entries from ``first`` to ``last`` as 0..n-1 across ledgers.
-        spans: list[tuple[int, int, int]] = []  # (ledger, first entry, count)
-        total = 0
-        for lid in self._ledger_ids:
-            if lid < first.ledger_id or lid > last.ledger_id:
-                continue
-            li = self._ledgers[lid]
-            lo = first.entry_id if lid == first.ledger_id else 0
-            hi = min(li.entries - 1, last.entry_id if lid == last.ledger_id else li.entries - 1)
-            if hi >= lo:
-                spans.append((lid, lo, hi - lo + 1))
-                total += hi - lo + 1
-        if total == 0:
-            return None
-
-        def at(k: int) -> Position:
-            for lid, lo, count in spans:
-                if k < count:
-                    return Position(lid, lo + k)
-                k -= count
-            raise IndexError(k)
-
-        async def matches(k: int) -> bool:
-            res = predicate(await self.read_entry(at(k)))
-            if not isinstance(res, bool):
-                res = await res
-            return bool(res)
-
-        if not await matches(0):
-            return None
-        lo, hi = 0, total - 1  # invariant: lo matches
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if await matches(mid):
-                lo = mid
-            else:
-                hi = mid - 1
-        return at(lo)
+        spans = positions.stored_spans(self._ledger_ids, self._ledgers, first, self._last_confirmed)
+        return await seek.newest_matching(spans, self.read_entry, predicate)
 
     # ------------------------------------------------------------------ cursors
 

@@ -64,3 +64,20 @@ def count_between(ids: Sequence[int], ledgers: Mapping[int, LedgerInfo], start: 
             total += hi - lo + 1
         i += 1
     return total
+
+
+def stored_spans(
+    ids: Sequence[int], ledgers: Mapping[int, LedgerInfo], first: Position, last: Position
+) -> list[tuple[int, int, int]]:
+    """The entries stored from ``first`` to ``last`` (both included) as ``(ledger, first entry, count)``
+    runs, one per non-empty ledger, in order."""
+    spans: list[tuple[int, int, int]] = []
+    for lid in ids:
+        if lid < first.ledger_id or lid > last.ledger_id:
+            continue
+        n = ledgers[lid].entries
+        lo = first.entry_id if lid == first.ledger_id else 0
+        hi = min(n - 1, last.entry_id if lid == last.ledger_id else n - 1)
+        if hi >= lo:
+            spans.append((lid, lo, hi - lo + 1))
+    return spans
