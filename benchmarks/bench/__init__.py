@@ -6,6 +6,9 @@ Scenarios (all bounded in time or count):
 * ``publish-batched-<size>``  batched publish throughput (1000 msgs / 128 KiB / 10 ms batches)
 * ``consume-<size>``          drain a pre-filled backlog of non-batched messages (one message per entry)
 * ``consume-batched-<size>``  drain a pre-filled backlog written in batches
+* ``fanout-<size>``           publish non-batched while 4 subscriptions (one consumer process each) read live;
+                              µs per *published* message cover its four deliveries and acks
+* ``fanout-batched-<size>``   the same with batched publishing
 * ``latency-<rate>``          end-to-end latency at a fixed publish rate (timestamp in the payload)
 
 For every scenario the broker's CPU time (utime+stime of the broker process tree, from /proc) is read

@@ -52,13 +52,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--scenarios",
         default="",
-        help="comma list of groups (publish,batched,consume,latency) or scenario names",
+        help="comma list of groups (publish,batched,consume,fanout,latency) or scenario names",
     )
     ap.add_argument("--quick", action="store_true", help="short smoke run (~20 s per target)")
     ap.add_argument("--duration", type=float, help="seconds per publish scenario (default 8, quick 2)")
     ap.add_argument("--producers", type=int, help="producer processes for throughput scenarios (default 2)")
     ap.add_argument("--sizes", help="payload sizes in bytes for publish scenarios (default 100,1024)")
     ap.add_argument("--backlog", type=int, help="messages pre-filled for consume (default 200000; batched: 5x)")
+    ap.add_argument("--fanout-subscriptions", type=int, help="subscriptions of the fan-out scenarios (default 4)")
+    ap.add_argument(
+        "--fanout-messages", type=int, help="messages published per fan-out scenario (default 200000; batched: 5x)"
+    )
     ap.add_argument("--rates", help="latency scenario rates in msg/s (default 2000,20000)")
     ap.add_argument("--latency-duration", type=float, help="seconds per latency scenario (default 10)")
     ap.add_argument("--max-pending", type=int, help="outstanding msgs per non-batched producer (default 1000)")
@@ -84,6 +88,7 @@ def build_params(args: argparse.Namespace) -> Params:
     if args.quick:
         p.duration, p.latency_duration, p.latency_warmup = 2.0, 3.0, 0.5
         p.backlog, p.backlog_batched = 20_000, 100_000
+        p.fanout_messages, p.fanout_messages_batched = 20_000, 100_000
     if args.duration is not None:
         p.duration = args.duration
     if args.producers is not None:
@@ -93,6 +98,11 @@ def build_params(args: argparse.Namespace) -> Params:
     if args.backlog is not None:
         p.backlog = args.backlog
         p.backlog_batched = 5 * args.backlog
+    if args.fanout_subscriptions is not None:
+        p.fanout_subscriptions = max(1, args.fanout_subscriptions)
+    if args.fanout_messages is not None:
+        p.fanout_messages = args.fanout_messages
+        p.fanout_messages_batched = 5 * args.fanout_messages
     if args.rates:
         p.rates = [int(x) for x in args.rates.split(",")]
     if args.latency_duration is not None:

@@ -18,6 +18,9 @@ class Params:
     # Batched backlogs drain in well under a second; more messages keep broker CPU above /proc's 10 ms ticks.
     backlog_batched: int = 1_000_000
     consume_size: int = 100
+    fanout_subscriptions: int = 4  # subscriptions (one consumer process each) of the fan-out scenarios
+    fanout_messages: int = 200_000  # messages published in a fan-out scenario (each delivered once per subscription)
+    fanout_messages_batched: int = 1_000_000  # the batched one (5x, for the reason of backlog_batched)
     # pulsar-lite 0.2.0 stalls a backlog drain with 20000 (delivers ~9.4k, then nothing): keep 10000.
     receiver_queue: int = 10_000
     rates: list[int] = field(default_factory=lambda: [2000, 20_000])

@@ -224,6 +224,57 @@ class Bench:
         )
         return res
 
+    def fanout(self, name: str, batched: bool) -> ScenarioResult:
+        """Publish while ``fanout_subscriptions`` subscriptions consume live, one consumer process each (measured
+        together: the broker's CPU covers the publish and every delivery and ack). ``messages`` counts what was
+        published, so the cost per message includes its fan-out; the note gives the cost per delivery."""
+        size, subs = self.p.consume_size, self.p.fanout_subscriptions
+        total = self.p.fanout_messages_batched if batched else self.p.fanout_messages
+        res = ScenarioResult(name, "fanout", size, batched)
+        topic = self.topic(name)
+        url = self.broker.service_url
+        names = [f"fanout-{i}" for i in range(subs)]
+        client = pulsar_client(url)
+        try:  # the subscriptions exist before the first message, so each gets all of them
+            for sub in names:
+                client.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest).close()
+        finally:
+            client.close()
+        pending = self.p.max_pending_batched if batched else self.p.max_pending
+        producers = [
+            (
+                producer_worker,
+                dict(url=url, topic=topic, size=size, batched=batched, max_pending=pending, batch=self.batch, count=n),
+            )
+            for n in _split(total, self.p.producers)
+        ]
+        consumers = [
+            (
+                consumer_worker,
+                dict(
+                    url=url,
+                    topic=topic,
+                    subscription=sub,
+                    count=total,
+                    receiver_queue=self.p.receiver_queue,
+                    timeout=self.p.timeout - 10,
+                ),
+            )
+            for sub in names
+        ]
+        win = run_workers(self.broker, producers + consumers, self.p.timeout)
+        sent, received = win.results[: len(producers)], win.results[len(producers) :]
+        res.messages = sum(r["acked"] for r in sent)
+        delivered = sum(r["received"] for r in received)
+        res.errors = sum(r["errors"] for r in sent) + res.messages * subs - delivered
+        _fill_cpu(res, win, max(r["t1"] for r in win.results) - win.t_go)
+        per_delivery = f", {win.cpu_s / delivered * 1e6:.2f} us per delivery" if win.cpu_s and delivered else ""
+        res.note = (
+            f"{subs} subscriptions, 1 consumer each (queue {self.p.receiver_queue}), {len(producers)} producer procs; "
+            f"{delivered:,} deliveries{per_delivery}" + _error_kinds(sent)
+        )
+        return res
+
     def latency(self, name: str, rate: int) -> ScenarioResult:
         """Paced producer and a consumer in separate processes; latency = receive time - send time
         (and, in the note, receive time - scheduled send time: what a late producer adds, and the
@@ -322,6 +373,7 @@ def scenario_plan(params: Params, selected: list[str]) -> list[tuple[str, Callab
         "publish": [],
         "batched": [],
         "consume": [],
+        "fanout": [],
         "latency": [],
     }
     for size in params.sizes:
@@ -334,6 +386,10 @@ def scenario_plan(params: Params, selected: list[str]) -> list[tuple[str, Callab
     groups["consume"] = [
         (f"consume-{label}", lambda b: b.consume(f"consume-{label}", False)),
         (f"consume-batched-{label}", lambda b: b.consume(f"consume-batched-{label}", True)),
+    ]
+    groups["fanout"] = [
+        (f"fanout-{label}", lambda b: b.fanout(f"fanout-{label}", False)),
+        (f"fanout-batched-{label}", lambda b: b.fanout(f"fanout-batched-{label}", True)),
     ]
     for rate in params.rates:
         n = f"latency-{rate}"
