@@ -20,6 +20,10 @@ class Admin:
     def __init__(self, url: str, security: ClientSecurity | None = None, timeout: float = 30.0) -> None:
         self.client = AdminClient(url, timeout, security)
 
+    def close(self) -> None:
+        """Drop the kept-alive connection (the next call opens one)."""
+        self.client.close()
+
     def partitions(self, topic: str) -> int:
         """Partition count of a partitioned topic; 0 for a non-partitioned (or missing) one."""
         return int(self.client.get(f"{_topic_path(topic)}/partitions").get("partitions", 0))

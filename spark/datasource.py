@@ -212,6 +212,7 @@ class _Planner:
         return self._client
 
     def close(self) -> None:
+        self.admin.close()
         if self._client is not None:
             self._client.close()
             self._client = None

@@ -13,6 +13,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from magnetar.admin_client.client import AdminClient
 from magnetar.broker.bundles import bundles_of, find_bundle
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from tests.cluster.multi import LEASE_MS, MultiCluster, Workload, http_call
@@ -102,6 +103,14 @@ def test_admin_calls_redirect_to_the_owner(cluster: MultiCluster) -> None:
     assert status == 307 and location.startswith(owner.http_url + "/admin/v2/persistent/public/adm/stats-me/stats")
     status, stats, _ = http_call(f"{other.http_url}/admin/v2/persistent/public/adm/stats-me/stats")
     assert status == 200 and "publishers" in stats
+    # The product's admin client (CLI, Spark) follows the owner's 307 for writes too (urllib did only for GET).
+    admin = AdminClient(other.http_url, timeout=20)
+    sub_path = "/admin/v2/persistent/public/adm/stats-me/subscription/via-other"
+    admin.call("PUT", sub_path, body={"entryId": -1, "ledgerId": -1, "partitionIndex": -1})
+    assert "via-other" in admin.get("/admin/v2/persistent/public/adm/stats-me/subscriptions")
+    admin.call("DELETE", sub_path)
+    assert "via-other" not in admin.get("/admin/v2/persistent/public/adm/stats-me/subscriptions")
+    admin.close()
     # HTTP lookup on a non-owner answers with the owner's URLs (a Connect, as Pulsar's).
     assert cluster.lookup(other, topic) == owner.service_url
     # Binary LOOKUP on a broker that owns nothing of a fresh bundle: Redirect to the leader or Connect.
