@@ -48,8 +48,9 @@ def test_sampler_is_bounded() -> None:
 
 
 # A stand-in broker: a child interpreter that allocates N MiB of resident ballast per input line.
-# A child, not this process: pytest's own RSS (GBs late in a full run) moves on its own between
-# samples, which once put a row's peak above the RSS read after it.
+# A child, not this process: the bench samples a process *tree*, and late in a full run pytest's tree
+# holds the session's Spark JVM and standalone broker (~2.3 GB), whose RSS moves on its own between
+# samples; that once put a row's peak above the RSS read after it.
 _BALLAST_CHILD = """
 import sys
 ballast = []
