@@ -173,47 +173,52 @@ class Bench:
         res.note = f"{self.p.producers} producer procs, {pending} outstanding each" + _error_kinds(win.results)
         return res
 
+    def _subscribe(self, topic: str, subscriptions: list[str]) -> None:
+        """Create durable subscriptions at the earliest position (unmeasured), so the topic retains what follows."""
+        client = pulsar_client(self.broker.service_url)
+        try:
+            for sub in subscriptions:
+                client.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest).close()
+        finally:
+            client.close()
+
+    def _producers_of(
+        self, topic: str, size: int, batched: bool, total: int
+    ) -> list[tuple[Callable[..., dict[str, Any]], dict[str, Any]]]:
+        """Producer jobs publishing ``total`` messages between them (``producers`` processes)."""
+        pending = self.p.max_pending_batched if batched else self.p.max_pending
+        kw = dict(
+            url=self.broker.service_url, topic=topic, size=size, batched=batched, max_pending=pending, batch=self.batch
+        )
+        return [(producer_worker, {**kw, "count": n}) for n in _split(total, self.p.producers)]
+
+    def _consumer_of(
+        self, topic: str, subscription: str, count: int
+    ) -> tuple[Callable[..., dict[str, Any]], dict[str, Any]]:
+        """A consumer job receiving and acknowledging ``count`` messages on ``subscription``."""
+        kw = dict(
+            url=self.broker.service_url,
+            topic=topic,
+            subscription=subscription,
+            count=count,
+            receiver_queue=self.p.receiver_queue,
+            timeout=self.p.timeout - 10,
+        )
+        return consumer_worker, kw
+
     def consume(self, name: str, batched: bool) -> ScenarioResult:
         """Pre-fill a backlog (unmeasured), then drain it with one consumer (measured)."""
         size = self.p.consume_size
         count = self.p.backlog_batched if batched else self.p.backlog
         res = ScenarioResult(name, "consume", size, batched)
         topic = self.topic(name)
-        url = self.broker.service_url
         # The durable subscription must exist before the fill so that the backlog is retained.
-        client = pulsar_client(url)
-        try:
-            client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest).close()
-        finally:
-            client.close()
-        pending = self.p.max_pending_batched if batched else self.p.max_pending
-        fill_jobs = [
-            (
-                producer_worker,
-                dict(
-                    url=url,
-                    topic=topic,
-                    size=size,
-                    batched=batched,
-                    max_pending=pending,
-                    batch=self.batch,
-                    count=n,
-                ),
-            )
-            for n in _split(count, self.p.producers)
-        ]
+        self._subscribe(topic, ["bench"])
+        fill_jobs = self._producers_of(topic, size, batched, count)
         fill = run_workers(self.broker, fill_jobs, self.p.timeout)
         filled = sum(r["acked"] for r in fill.results)
         fill_wall = max(r["t1"] for r in fill.results) - fill.t_go
-        kw = dict(
-            url=url,
-            topic=topic,
-            subscription="bench",
-            count=filled,
-            receiver_queue=self.p.receiver_queue,
-            timeout=self.p.timeout - 10,
-        )
-        win = run_workers(self.broker, [(consumer_worker, kw)], self.p.timeout)
+        win = run_workers(self.broker, [self._consumer_of(topic, "bench", filled)], self.p.timeout)
         r = win.results[0]
         res.messages = r["received"]
         res.errors = filled - r["received"] + sum(x["errors"] for x in fill.results)
@@ -232,36 +237,10 @@ class Bench:
         total = self.p.fanout_messages_batched if batched else self.p.fanout_messages
         res = ScenarioResult(name, "fanout", size, batched)
         topic = self.topic(name)
-        url = self.broker.service_url
         names = [f"fanout-{i}" for i in range(subs)]
-        client = pulsar_client(url)
-        try:  # the subscriptions exist before the first message, so each gets all of them
-            for sub in names:
-                client.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest).close()
-        finally:
-            client.close()
-        pending = self.p.max_pending_batched if batched else self.p.max_pending
-        producers = [
-            (
-                producer_worker,
-                dict(url=url, topic=topic, size=size, batched=batched, max_pending=pending, batch=self.batch, count=n),
-            )
-            for n in _split(total, self.p.producers)
-        ]
-        consumers = [
-            (
-                consumer_worker,
-                dict(
-                    url=url,
-                    topic=topic,
-                    subscription=sub,
-                    count=total,
-                    receiver_queue=self.p.receiver_queue,
-                    timeout=self.p.timeout - 10,
-                ),
-            )
-            for sub in names
-        ]
+        self._subscribe(topic, names)  # before the first message, so each subscription gets all of them
+        producers = self._producers_of(topic, size, batched, total)
+        consumers = [self._consumer_of(topic, sub, total) for sub in names]
         win = run_workers(self.broker, producers + consumers, self.p.timeout)
         sent, received = win.results[: len(producers)], win.results[len(producers) :]
         res.messages = sum(r["acked"] for r in sent)
