@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pulsar
 
-from benchmarks.bench.procfs import free_port, tree_cpu_seconds
+from benchmarks.bench.procfs import CpuTimes, free_port, tree_cpu_seconds
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,8 +37,8 @@ class Broker:
     def stop(self) -> None:
         """Stop the broker if this script started it."""
 
-    def cpu_seconds(self) -> tuple[float, float] | None:
-        """Cumulative (user, system) CPU seconds of the broker process tree, or None when unknown."""
+    def cpu_seconds(self) -> CpuTimes | None:
+        """Cumulative CPU seconds of the broker process tree, or None when unknown."""
         return tree_cpu_seconds(self.pid) if self.pid else None
 
     def version(self) -> str:

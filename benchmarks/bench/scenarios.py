@@ -93,8 +93,10 @@ def run_workers(
         ordered = [results[i] for i in range(len(procs))]
         if cpu0 is None or cpu1 is None:
             return Window(t_go, t_done, None, None, host1 - host0, ordered)
-        sys_s = cpu1[1] - cpu0[1]
-        return Window(t_go, t_done, cpu1[0] - cpu0[0] + sys_s, sys_s, host1 - host0, ordered)
+        cpu_s = cpu1.total - cpu0.total
+        # The system share comes in whole ticks: never more than the exact total.
+        sys_s = min(cpu1.system - cpu0.system, cpu_s)
+        return Window(t_go, t_done, cpu_s, sys_s, host1 - host0, ordered)
     except BaseException:
         for p in procs:  # failure or Ctrl-C: do not wait for workers to finish their run
             p.terminate()
@@ -319,7 +321,7 @@ class Bench:
             return None
         time.sleep(seconds)
         c1 = self.broker.cpu_seconds()
-        return None if c1 is None else (sum(c1) - sum(c0)) / seconds
+        return None if c1 is None else (c1.total - c0.total) / seconds
 
 
 def percentiles(samples_ns: array.array) -> dict[str, float]:

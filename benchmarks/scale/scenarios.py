@@ -114,7 +114,7 @@ class Scale:
 
     def cpu(self) -> float | None:
         c = self.broker.cpu_seconds()
-        return None if c is None else c[0] + c[1]
+        return None if c is None else c.total
 
     def idle_cores(self) -> float | None:
         """Broker CPU cores used over ``settle`` seconds of nothing being sent."""
