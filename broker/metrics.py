@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import time
@@ -170,3 +171,20 @@ def _process_metrics() -> Iterable[str]:
     yield f"process_open_fds {fds}"
     yield from _header("process_start_time_seconds", "gauge", "Start time of the process since the epoch")
     yield f"process_start_time_seconds {_START}"
+    yield from _gc_metrics()
+
+
+def _gc_metrics() -> Iterable[str]:
+    """The cyclic GC's counters under the names of Prometheus' Python client, and the objects frozen
+    after start-up (never walked by a collection)."""
+    stats = gc.get_stats()
+    for name, key, text in (
+        ("python_gc_objects_collected_total", "collected", "Objects collected during gc"),
+        ("python_gc_objects_uncollectable_total", "uncollectable", "Uncollectable objects found during GC"),
+        ("python_gc_collections_total", "collections", "Number of times this generation was collected"),
+    ):
+        yield from _header(name, "counter", text)
+        for gen, st in enumerate(stats):
+            yield f'{name}{{generation="{gen}"}} {st[key]}'
+    yield from _header("magnetar_gc_frozen_objects", "gauge", "Objects alive after start-up, left out of collections")
+    yield f"magnetar_gc_frozen_objects {gc.get_freeze_count()}"

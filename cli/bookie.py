@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from magnetar.cli.logs import setup_logging
-from magnetar.cli.process import Closers, run_event_loop, stop_on_signals
+from magnetar.cli.process import Closers, freeze_startup_objects, run_event_loop, stop_on_signals
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -236,6 +236,7 @@ async def serve(args: argparse.Namespace) -> int:
         except (CookieMismatchError, RegistrationConflictError) as e:
             log.error("refusing to start: %s", e)
             return EXIT_COOKIE_MISMATCH
+        freeze_startup_objects()
         await stop.wait()
         log.info("shutting down bookie %s", node.address)
     finally:

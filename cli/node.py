@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from magnetar.cli.process import Closers, HeapTrimmer, report_leftover_tasks, stop_on_signals
+from magnetar.cli.process import Closers, HeapTrimmer, freeze_startup_objects, report_leftover_tasks, stop_on_signals
 
 if TYPE_CHECKING:  # imported lazily, so light sub-commands (admin) never load the broker
     from aiohttp import web
@@ -137,6 +137,7 @@ async def serve_until_signalled(start: Callable[[BrokerNode], Awaitable[None]], 
     stop = stop_on_signals()
     try:
         await start(node)
+        freeze_startup_objects()
         await stop.wait()
         log.info("shutting down")
     finally:

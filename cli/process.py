@@ -74,6 +74,19 @@ GC_THRESHOLDS = (50_000, 10, 1_000)
 SWITCH_INTERVAL_S = 0.0005
 
 
+def freeze_startup_objects() -> None:
+    """Take what a server holds once it has started out of the cyclic GC's reach (``gc.freeze``).
+
+    Modules, classes, functions, routes and settings (~40,000 tracked objects) live as long as the
+    process, and the collector otherwise walks them again in each older-generation collection: the
+    first generation-1 collection under load (20,000 msg/s) stopped the event loop for 50-60 ms.
+    Startup's garbage is collected first, so none of it is frozen; frozen objects are still freed by
+    reference counting."""
+    gc.collect()
+    gc.freeze()
+    log.debug("froze %d objects alive after start-up", gc.get_freeze_count())
+
+
 def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` on uvloop where available (with the server's GC thresholds and GIL switch
     interval); returns its result."""

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 
 from magnetar.ledger.api import NoSuchLedgerError, ReadHandle
-from magnetar.managed_ledger.api import Entry, Position
+from magnetar.managed_ledger.api import Entry, Position, make_position
 from magnetar.managed_ledger.cache import LedgerCache
 from magnetar.managed_ledger.storage import LedgerStorage
 from magnetar.managed_ledger.writer import LedgerWriter
@@ -46,12 +46,11 @@ class EntryReader:
     async def read_runs(self, runs: list[tuple[int, int, int]]) -> list[Entry]:
         """Read ``(ledger, first, last)`` runs in order, from the cache where possible."""
         out: list[Entry] = []
-        cache_get = self._cache.get
+        cache_get = self._cache.get_at
         for lid, first, last in runs:
             miss_from = -1
             for eid in range(first, last + 1):
-                pos = Position(lid, eid)
-                data = cache_get(pos)
+                data = cache_get(lid, eid)
                 if data is None:
                     if miss_from < 0:
                         miss_from = eid
@@ -59,7 +58,7 @@ class EntryReader:
                 if miss_from >= 0:
                     out.extend(await self._read_from_ledger(lid, miss_from, eid - 1))
                     miss_from = -1
-                out.append(Entry(pos, data))
+                out.append(Entry(make_position((lid, eid)), data))
             if miss_from >= 0:
                 out.extend(await self._read_from_ledger(lid, miss_from, last))
         return out

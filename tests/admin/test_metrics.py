@@ -72,3 +72,14 @@ def test_event_loop_probe_metrics_only_with_the_debug_setting(
         assert {f'generation="{g}"' in " ".join(gens) for g in range(3)} == {True}
     finally:
         node.stop()
+
+
+def test_objects_alive_after_start_up_are_frozen_out_of_gc(standalone: StandaloneProcess) -> None:
+    """A server freezes what it holds once started (gc.freeze: modules, classes, routes, settings), so
+    collections under load do not walk them again; /metrics shows that and the collector's counters
+    (the Python client's names)."""
+    series = _parse(call("GET", f"{standalone.http_url}/metrics").body.decode())
+    assert series["magnetar_gc_frozen_objects"][0][1] > 10_000
+    for name in ("python_gc_collections_total", "python_gc_objects_collected_total"):
+        assert sorted(lbl for lbl, _ in series[name]) == [f'{{generation="{g}"}}' for g in range(3)]
+    assert sum(v for _, v in series["python_gc_collections_total"]) >= 1  # startup's own gc.collect()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 import time
+import tracemalloc
 
 from magnetar.managed_ledger.api import Position as P
-from magnetar.managed_ledger.cache import AGE_OUT_SLICE, EntryCache
+from magnetar.managed_ledger.api import make_position
+from magnetar.managed_ledger.cache import AGE_OUT_SLICE, ENTRY_OVERHEAD, EntryCache
 from magnetar.managed_ledger.factory import ManagedLedgerFactoryImpl
 from tests.managed_ledger.conftest import config
 
@@ -119,3 +123,53 @@ async def test_the_factory_lets_the_loop_run_between_age_out_slices(store, memor
         assert any(0 < s < n for s in seen), "the loop never ran while entries aged out"
     finally:
         await factory.close()
+
+
+def _cached(n: int) -> tuple[EntryCache, list[bytes]]:
+    cache = EntryCache(max_bytes=1 << 40)
+    payloads = [bytes(100) + i.to_bytes(4, "little") for i in range(n)]
+    return cache, payloads
+
+
+def test_cached_entries_are_not_tracked_by_the_cyclic_gc() -> None:
+    """A Position is a tuple subclass, which the collector tracks for as long as it lives: as keys, the
+    cached entries of the last second filled the young generation at 20,000 msg/s and were walked by every
+    collection. The cache keeps no tracked object per entry."""
+    cache, payloads = _cached(5000)
+    a = cache.for_ledger("a", lambda: None)
+    gc.collect()
+    before = len(gc.get_objects())
+    for i, data in enumerate(payloads):
+        a.insert(make_position((7, i)), data)
+    assert len(gc.get_objects()) - before < 10
+    assert a.get(P(7, 4999)) == payloads[4999] and a.get_at(7, 0) == payloads[0] and a.get(P(7, 5000)) is None
+
+
+def test_entry_overhead_is_what_an_entry_costs() -> None:
+    """ENTRY_OVERHEAD (counted per entry against the budget) is the memory an entry takes besides its
+    payload: the bytes object's header, the key and the ordered dict's node (measured with tracemalloc)."""
+    n = 20_000
+    cache, payloads = _cached(n)
+    a = cache.for_ledger("a", lambda: None)
+    header = sys.getsizeof(payloads[0]) - len(payloads[0])
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i, data in enumerate(payloads):
+            a.insert(make_position((123_456, i)), data)
+        per_entry = (tracemalloc.get_traced_memory()[0] - before) / n + header
+    finally:
+        tracemalloc.stop()
+    assert 0.85 * ENTRY_OVERHEAD <= per_entry <= ENTRY_OVERHEAD, per_entry
+
+
+def test_keys_keep_position_order_across_ledgers_and_the_before_first_marker() -> None:
+    cache = EntryCache(max_bytes=1 << 20, entry_overhead=0)
+    a = cache.for_ledger("a", lambda: None)
+    for pos in (P(3, 0), P(3, 2**40), P(4, 0), P(4, 1)):
+        a.insert(pos, b"e")
+    a.evict_before(P(4, -1))  # "before ledger 4's first entry": ledger 3 goes, all of it
+    assert a.get(P(3, 2**40)) is None and a.get(P(4, 0)) == b"e"
+    a.insert(P(5, 0), b"f")
+    a.evict_ledger(4)
+    assert len(a) == 1 and a.get(P(5, 0)) == b"f"
