@@ -35,7 +35,7 @@ from .config import BookieConfig
 from .dirlock import DirLock
 from .index import LedgerState
 from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
-from .storage import CACHED_ENTRY_OVERHEAD, LedgerStorage, WriteCache, cached_size, stored_size
+from .storage import CachedEntries, LedgerStorage, WriteCache
 from .throttle import AddThrottle, consume, tell
 
 log = logging.getLogger(__name__)
@@ -194,12 +194,8 @@ class Bookie(CallbackAdds):
                     st.last_entry = eid
                 entries = cache.get(lid)
                 if entries is None:
-                    entries = cache[lid] = {}
-                old = entries.get(eid)
-                if old is not None:
-                    self._cache_bytes -= cached_size(*old)
-                entries[eid] = (b"", data)
-                self._cache_bytes += cached_size(b"", data)
+                    entries = cache[lid] = CachedEntries()
+                self._cache_bytes += entries.put(eid, b"", data)
             elif rtype == REC_KEY:
                 if lid not in ledgers:
                     ledgers[lid] = LedgerState(data)
@@ -325,12 +321,8 @@ class Bookie(CallbackAdds):
             st.last_entry = entry_id
         entries = self._cache.get(ledger_id)
         if entries is None:
-            entries = self._cache[ledger_id] = {}
-        old = entries.get(entry_id)
-        if old is not None:
-            self._cache_bytes -= cached_size(*old)
-        entries[entry_id] = (head, data)
-        self._cache_bytes += len(head) + len(data) + CACHED_ENTRY_OVERHEAD  # cached_size, inlined
+            entries = self._cache[ledger_id] = CachedEntries()
+        self._cache_bytes += entries.put(entry_id, head, data)
         if self._cache_bytes >= self._cache_max:
             self._ckpt_wake.set()  # checkpoint now rather than at the next tick
         return data
@@ -455,7 +447,7 @@ class Bookie(CallbackAdds):
         self._ledgers.pop(ledger_id, None)
         entries = self._cache.pop(ledger_id, None)
         if entries:
-            self._cache_bytes -= stored_size(entries.values())
+            self._cache_bytes -= entries.size()
         self._dirty.discard(ledger_id)
         self._pending_deletes.add(ledger_id)
 
@@ -544,11 +536,12 @@ class Bookie(CallbackAdds):
             for lid, entries in snapshot.items():
                 if lid not in self._ledgers:
                     continue
-                current = self._cache.setdefault(lid, {})
-                for eid, parts in entries.items():
+                current = self._cache.get(lid)
+                if current is None:
+                    current = self._cache[lid] = CachedEntries()
+                for eid in entries:
                     if eid not in current:
-                        current[eid] = parts
-                        self._cache_bytes += cached_size(*parts)
+                        self._cache_bytes += current.put(eid, entries.heads[eid], entries.datas[eid])
             self._dirty |= {lid for lid in dirty if lid in self._ledgers}
             self._pending_deletes |= set(deleted)
             return

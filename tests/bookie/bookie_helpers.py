@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from magnetar.bookie.config import BookieConfig
+from magnetar.bookie.storage import CachedEntries
 
 KEY = b"master-key"
 
@@ -28,3 +29,11 @@ def payload(ledger_id: int, entry_id: int, size: int | None = None) -> bytes:
     n = size if size is not None else 20 + (entry_id * 37 + ledger_id * 11) % 300
     seed = f"{ledger_id}:{entry_id}:".encode()
     return (seed * (n // len(seed) + 1))[:n]
+
+
+def cached(entries: dict[int, tuple[bytes, bytes]]) -> CachedEntries:
+    """A ledger's write-cache entries from ``{entry_id: (head, data)}``."""
+    out = CachedEntries()
+    for eid, (head, data) in entries.items():
+        out.put(eid, head, data)
+    return out

@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+from bookie_helpers import cached
+
 from magnetar.bookie.index import LedgerState
 from magnetar.bookie.journal import JournalPosition
 from magnetar.bookie.storage import GIL_SLICE, LedgerStorage, WriteCache
@@ -23,8 +25,8 @@ def _snapshot(base: int) -> WriteCache:
     """One contiguous ledger and one striped one (every other entry id, as with E > Qw)."""
     return {
         # Stored as the write cache keeps an add: (digest header, data), written as two parts.
-        1: {e: (b"%08d" % e, b"%08d" % e * 19) for e in range(base, base + N)},
-        2: {e: (b"%08d" % e, b"%08d" % e * 19) for e in range(base, base + N, 2)},
+        1: cached({e: (b"%08d" % e, b"%08d" % e * 19) for e in range(base, base + N)}),
+        2: cached({e: (b"%08d" % e, b"%08d" % e * 19) for e in range(base, base + N, 2)}),
     }
 
 
@@ -94,7 +96,9 @@ def test_flush_passes_at_most_a_slice_of_entries_at_a_time(tmp_path: Path) -> No
     storage.writer.add_many = spy  # type: ignore[method-assign]
     n = 3 * GIL_SLICE + 5
     try:
-        storage.flush({1: {e: (b"", b"x") for e in range(n)}}, {1: LedgerState(b"k")}, [], JournalPosition(1, 1))
+        storage.flush(
+            {1: cached({e: (b"", b"x") for e in range(n)})}, {1: LedgerState(b"k")}, [], JournalPosition(1, 1)
+        )
         assert sizes == [GIL_SLICE, GIL_SLICE, GIL_SLICE, 5]
         assert storage.index.lookup(1, n - 1) is not None
     finally:

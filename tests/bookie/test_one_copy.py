@@ -53,7 +53,7 @@ async def test_bookie_keeps_the_added_data_itself_and_stores_the_joined_entry(ma
     heads = [digest.frame_header(5, i, len(d), d) for i, d in enumerate(datas)]
     for i, (h, d) in enumerate(zip(heads, datas, strict=True)):
         await add_parts(b, 5, i, h, d)
-        assert b._cache[5][i][1] is d  # not copied (nor joined with its header) on the way in
+        assert b._cache[5].datas[i] is d  # not copied (nor joined with its header) on the way in
     stored = [h + d for h, d in zip(heads, datas, strict=True)]
     assert [s for _, s in await b.read_entries(5, 0, 2)] == stored  # from the write cache
     await b.checkpoint()
