@@ -346,7 +346,7 @@ class BrokerConfig:
     journal_sync_data: bool = _setting(True, "fdatasync the journal before acknowledging an add.")
     db_storage_write_cache_max_size_mb: int = _setting(
         16,
-        "Write cache of the standalone's bookie, MiB of memory (entries' bytes and ~220 bytes of bookkeeping "
+        "Write cache of the standalone's bookie, MiB of memory (entries' bytes and ~160 bytes of bookkeeping "
         "each): a checkpoint flushes it to the entry log when full (memory peaks near twice this while one "
         "flushes; the `bookie` command's default is 64).",
         "dbStorage_writeCacheMaxSizeMb",

@@ -54,7 +54,7 @@ class LedgerCache:
         self.name = name
         #: Returns the smallest read position of open cursors (``None``: nobody will read).
         self.slowest_reader = slowest_reader
-        self._entries: OrderedDict[int, bytes] = OrderedDict()  # cache_key -> entry
+        self._entries: OrderedDict[int, bytes] = OrderedDict()  # _key(position) -> entry
         self.size = 0
         #: Key of the newest entry at the previous :meth:`age_out`: it and everything before it go at the next.
         self._mark: int | None = None
