@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 #: Told the outcome of a journal record or an add: ``None`` once durable, else the error.
@@ -148,6 +148,22 @@ class CallbackAdds(FutureAdds):
         joined: ``head`` is the digest header, ``data`` the entry's one copy, shared with the managed
         ledger's cache): ``done(None)`` once it is durable, else ``done(error)``; called on the event loop,
         never from here (errors found at once are raised)."""
+
+    @abc.abstractmethod
+    def add_parts_many(
+        self,
+        ledger_id: int,
+        entry_ids: Sequence[int],
+        master_key: bytes,
+        last_add_confirmed: int,
+        heads: Sequence[bytes],
+        datas: Sequence[bytes],
+        recovery: bool,
+        done: Waiter,
+    ) -> None:
+        """:meth:`add_parts_async` of several entries of one ledger (``heads[i] + datas[i]`` stored as entry
+        ``entry_ids[i]``) with one callback: ``done(None)`` once all are durable, else ``done(error)`` (the
+        first); called on the event loop, never from here (errors found at once are raised, none added)."""
 
     def add_entry_async(
         self,

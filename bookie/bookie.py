@@ -15,9 +15,9 @@ import contextlib
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
-from functools import partial
 
 from magnetar.common.tasks import TaskSet
 
@@ -36,7 +36,7 @@ from .dirlock import DirLock
 from .index import LedgerState
 from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
 from .storage import CachedEntries, LedgerStorage, WriteCache
-from .throttle import AddThrottle, consume, tell
+from .throttle import AddThrottle, HeldGroup, consume
 
 log = logging.getLogger(__name__)
 
@@ -270,15 +270,37 @@ class Bookie(CallbackAdds):
     ) -> None:
         """Accept the entry ``head + data``: ``done(None)`` once it is durable in the journal, else
         ``done(error)``; called on the event loop, never from here. Raises at once on a wrong key, a fenced
-        ledger or a read-only / stopped bookie. The hot path of every local publish: no future or extra
-        loop callback per add, and the two parts are journaled and cached as they are (never joined)."""
+        ledger or a read-only / stopped bookie. No future or extra loop callback per add, and the two parts
+        are journaled and cached as they are (never joined)."""
+        self.add_parts_many(ledger_id, (entry_id,), master_key, last_add_confirmed, (head,), (data,), recovery, done)
+
+    def add_parts_many(
+        self,
+        ledger_id: int,
+        entry_ids: Sequence[int],
+        master_key: bytes,
+        last_add_confirmed: int,
+        heads: Sequence[bytes],
+        datas: Sequence[bytes],
+        recovery: bool,
+        done: Waiter,
+    ) -> None:
+        """:meth:`add_parts_async` for entries of one ledger with one waiter (the hot path of every local
+        publish: a socket read's worth of a producer's sends is cached and journaled in one call). ``done``
+        hears once: ``None`` when all are durable, else the first error."""
         self._check_writable()
-        args = (ledger_id, entry_id, master_key, last_add_confirmed, head, data, recovery)
         if self._throttled or self._cache_bytes >= self._cache_max:
-            self.throttle.hold(self._loop, args).add_done_callback(partial(tell, done))  # type: ignore[arg-type]
+            # Held back one by one: the throttle admits adds in arrival order and may time some out.
+            group = HeldGroup(len(entry_ids), done)
+            hold, loop = self.throttle.hold, self._loop
+            assert loop is not None  # adds are accepted only once started
+            for entry_id, head, data in zip(entry_ids, heads, datas, strict=True):
+                args = (ledger_id, entry_id, master_key, last_add_confirmed, head, data, recovery)
+                hold(loop, args).add_done_callback(group.tell)
             return
-        data = self._cache_add(*args)
-        self.journal.append_cb(REC_ADD, ledger_id, entry_id, last_add_confirmed, data, done, head)
+        # The cache may pass its limit by this one call's entries: the next add is held back.
+        stored = self._cache_add(ledger_id, entry_ids, master_key, last_add_confirmed, heads, datas, recovery)
+        self.journal.append_many(REC_ADD, ledger_id, entry_ids, last_add_confirmed, heads, stored, done)
 
     def _check_writable(self) -> None:
         if not self._accepting:
@@ -288,22 +310,22 @@ class Bookie(CallbackAdds):
 
     def _add_now(self, args: tuple[int, int, bytes, int, bytes, bytes, bool]) -> asyncio.Future[None]:
         """A held-back add admitted: ``args`` as :meth:`add_parts_async` takes them."""
-        ledger_id, entry_id, _, last_add_confirmed, head, _, _ = args
-        data = self._cache_add(*args)
+        ledger_id, entry_id, master_key, last_add_confirmed, head, data, recovery = args
+        (data,) = self._cache_add(ledger_id, (entry_id,), master_key, last_add_confirmed, (head,), (data,), recovery)
         return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data, head)
 
     def _cache_add(
         self,
         ledger_id: int,
-        entry_id: int,
+        entry_ids: Sequence[int],
         master_key: bytes,
         last_add_confirmed: int,
-        head: bytes,
-        data: bytes | memoryview,
+        heads: Sequence[bytes],
+        datas: Sequence[bytes | memoryview],
         recovery: bool,
-    ) -> bytes:
-        """Check the add against its ledger's state and put it in the write cache; returns the data to
-        journal after ``head``. Keep it free of allocations it does not need: every add passes here."""
+    ) -> list[bytes]:
+        """Check adds of one ledger against its state and put them in the write cache; returns the data to
+        journal after each head. Keep it free of allocations it does not need: every add passes here."""
         st = self._ledgers.get(ledger_id)
         if st is None:
             st = self._new_ledger(ledger_id, master_key)
@@ -311,21 +333,28 @@ class Bookie(CallbackAdds):
             raise BookieUnauthorizedError(f"wrong master key for ledger {ledger_id}")
         if st.fenced and not recovery:
             raise BookieFencedError(f"ledger {ledger_id} is fenced")
-        if type(data) is memoryview:
-            # A view may be of a buffer its owner reuses. bytes, and the bytearray a big entry was read
-            # into by the broker (never written again), are the entry's one copy: kept as they are.
-            data = bytes(data)
         if last_add_confirmed > st.lac:
             st.lac = last_add_confirmed
-        if entry_id > st.last_entry:
-            st.last_entry = entry_id
         entries = self._cache.get(ledger_id)
         if entries is None:
             entries = self._cache[ledger_id] = CachedEntries()
-        self._cache_bytes += entries.put(entry_id, head, data)
+        put = entries.put
+        stored: list[bytes] = []
+        grown = 0
+        for entry_id, head, data in zip(entry_ids, heads, datas, strict=True):
+            if type(data) is memoryview:
+                # A view may be of a buffer its owner reuses. bytes, and the bytearray a big entry was read
+                # into by the broker (never written again), are the entry's one copy: kept as they are.
+                data = bytes(data)
+            grown += put(entry_id, head, data)
+            stored.append(data)
+        last = max(entry_ids)
+        if last > st.last_entry:
+            st.last_entry = last
+        self._cache_bytes += grown
         if self._cache_bytes >= self._cache_max:
             self._ckpt_wake.set()  # checkpoint now rather than at the next tick
-        return data
+        return stored
 
     def _release_throttled(self) -> None:
         """Admit held-back adds in arrival order while the write cache has room."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .api import BookieClient, BookieUnavailableError, CallbackAdds, Waiter
 from .bookie import Bookie
 
@@ -37,6 +39,20 @@ class LocalBookieClient(CallbackAdds, BookieClient):
         """Fastest path: ``done(None | error)`` once durable, no future per add and no joined copy of the
         stored entry (see :meth:`Bookie.add_parts_async`)."""
         self._check().add_parts_async(ledger_id, entry_id, master_key, last_add_confirmed, head, data, recovery, done)
+
+    def add_parts_many(
+        self,
+        ledger_id: int,
+        entry_ids: Sequence[int],
+        master_key: bytes,
+        last_add_confirmed: int,
+        heads: Sequence[bytes],
+        datas: Sequence[bytes],
+        recovery: bool,
+        done: Waiter,
+    ) -> None:
+        """Many adds of one ledger, one callback (see :meth:`Bookie.add_parts_many`)."""
+        self._check().add_parts_many(ledger_id, entry_ids, master_key, last_add_confirmed, heads, datas, recovery, done)
 
     async def read_entries(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
         return await self._check().read_entries(ledger_id, first, last)

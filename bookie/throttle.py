@@ -94,12 +94,25 @@ class AddThrottle:
                 fut.set_exception(exc)
 
 
-def tell(done: Waiter, fut: asyncio.Future[None]) -> None:
-    """Hand a throttled add's outcome (its future) to a callback-style add's ``done``."""
-    if fut.cancelled():
-        done(BookieUnavailableError("add cancelled"))
-    else:
-        done(fut.exception())
+class HeldGroup:
+    """Adds of one call held back one by one: tells the call's single ``done`` once all answered (the first
+    error, else ``None``)."""
+
+    __slots__ = ("_done", "_error", "_left")
+
+    def __init__(self, count: int, done: Waiter) -> None:
+        self._left = count
+        self._done = done
+        self._error: BaseException | None = None
+
+    def tell(self, fut: asyncio.Future[None]) -> None:
+        """One held add's future is done."""
+        exc = BookieUnavailableError("add cancelled") if fut.cancelled() else fut.exception()
+        if exc is not None and self._error is None:
+            self._error = exc
+        self._left -= 1
+        if not self._left:
+            self._done(self._error)
 
 
 def chain(outer: asyncio.Future[None], inner: asyncio.Future[None]) -> None:

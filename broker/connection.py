@@ -21,7 +21,7 @@ from magnetar.broker import consumer_commands, lookup_commands, producer_command
 from magnetar.broker.auth.provider import Authenticated, AuthenticationData
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.errors import AuthenticationError, BrokerError, storage_error_code
-from magnetar.broker.producer import Producer
+from magnetar.broker.producer import Producer, Send
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import Frame, FrameDecoder, FrameError
@@ -77,6 +77,9 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.writable = True
         self.closed = False
         self._out: list[bytes] = []
+        # SENDs of one producer awaiting publication with the rest of their socket read (queue_send).
+        self._sends: list[Send] = []
+        self._sending: Producer | None = None
         self._flush_handle: asyncio.Handle | None = None
         self.tasks = TaskSet("connection")
         self._awaiting_pong = False
@@ -140,9 +143,9 @@ class ServerConnection(asyncio.BufferedProtocol):
             c.subscription.wakeup()
 
     # ------------------------------------------------------------------ publish back-pressure
-    def publish_started(self, size: int) -> None:
-        """A SEND of ``size`` bytes awaits persistence: stop reading past the per-connection limit."""
-        self._pending_sends += 1
+    def publish_started(self, count: int, size: int) -> None:
+        """``count`` SENDs of ``size`` bytes await persistence: stop reading past the per-connection limit."""
+        self._pending_sends += count
         buffer = self.service.publish_buffer
         buffer.add(size)
         limit = self.config.max_pending_publish_requests_per_connection
@@ -152,9 +155,10 @@ class ServerConnection(asyncio.BufferedProtocol):
         elif buffer.throttled and not self._reading_paused:  # e.g. connected after throttling began
             self.update_reading()
 
-    def publish_done(self, size: int) -> None:
-        """A SEND was answered: read again once half of the per-connection limit is free."""
-        self._pending_sends -= 1
+    def publish_done(self, count: int, size: int) -> None:
+        """``count`` SENDs of ``size`` bytes were answered: read again once half of the per-connection limit
+        is free."""
+        self._pending_sends -= count
         self.service.publish_buffer.release(size)
         if self._too_many_sends and self._pending_sends <= self.config.max_pending_publish_requests_per_connection // 2:
             self._too_many_sends = False
@@ -227,10 +231,42 @@ class ServerConnection(asyncio.BufferedProtocol):
             return
         if frames:
             self._awaiting_pong = False
-        for frame in frames:
-            if self.closed:
-                return
-            self._handle(frame)
+            self._handle_frames(frames)
+
+    def _handle_frames(self, frames: list[Frame]) -> None:
+        """Handle ``frames`` in order. A SEND is validated as it comes but published with the SENDs of the same
+        producer right behind it (:meth:`queue_send`): a socket read's worth goes down the write path as one
+        run, with one callback per stored run instead of one per message."""
+        try:
+            for frame in frames:
+                if self.closed:
+                    return
+                if self._sends and frame.command.type != T.SEND:
+                    self.flush_sends()  # commands after a SEND see it issued, as before
+                self._handle(frame)
+        finally:
+            if self._sends:
+                self.flush_sends()
+
+    def queue_send(self, producer: Producer, send: Send) -> None:
+        """A valid SEND of ``producer``: published with the rest of its run (see :meth:`_handle_frames`)."""
+        if self._sends and self._sending is not producer:
+            self.flush_sends()
+        self._sending = producer
+        self._sends.append(send)
+
+    def flush_sends(self) -> None:
+        """Publish the queued run of SENDs."""
+        sends, self._sends = self._sends, []
+        producer, self._sending = self._sending, None
+        if not sends or producer is None:
+            return
+        try:
+            producer.topic.publish(producer, sends)
+        except Exception:
+            # A bug: the run's receipts can no longer leave in order, and the client must not wait for them.
+            log.exception("publishing %d messages from %s failed; closing the connection", len(sends), self.peer)
+            self.close()
 
     def _handle(self, frame: Frame) -> None:
         cmd = frame.command
@@ -373,10 +409,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         if authentication.provider(self._auth_method) is not None:
             self._schedule_auth_refresh()
         held, self._held = self._held, []
-        for frame in held:
-            if self.closed:
-                return
-            self._handle(frame)
+        self._handle_frames(held)
 
     def _hold(self, frame: Frame) -> None:
         if len(self._held) >= MAX_HELD_FRAMES:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import mmh3
@@ -28,7 +29,7 @@ from magnetar.managed_ledger.api import EARLIEST, Entry, Position
 
 if TYPE_CHECKING:
     from magnetar.broker.policies import EffectivePolicies
-    from magnetar.broker.producer import Producer
+    from magnetar.broker.producer import Producer, Send
     from magnetar.broker.service import BrokerService
 
 #: Non-persistent messages are numbered in this "ledger" (ids are unique per topic instance).
@@ -279,20 +280,23 @@ class NonPersistentTopic:
             producer.disconnect()
         self.producers.clear()
 
-    def publish(
-        self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, data: bytes
-    ) -> None:
+    def publish(self, producer: Producer, sends: Sequence[Send]) -> None:
         """Acknowledge at once and deliver to the subscriptions' available consumers."""
-        position = Position(_LEDGER, self.sequence)
-        self.sequence += 1
-        self.entries_added += 1
-        producer.meter.add(num_messages, len(data))
-        self.meter_in.add(num_messages, len(data))
-        slot = producer.enqueue(sequence_id, highest_sequence_id)
-        producer.complete(slot, position)
-        entry = Entry(position, data)
-        for sub in list(self.subscriptions.values()):
-            sub.deliver(entry)
+        slots = producer.enqueue(sends)
+        first = Position(_LEDGER, self.sequence)
+        self.sequence += len(sends)
+        self.entries_added += len(sends)
+        datas = [send[3] for send in sends]
+        messages = sum(send[2] for send in sends)
+        size = sum(map(len, datas))
+        producer.meter.add(messages, size)
+        self.meter_in.add(messages, size)
+        producer.complete_run(slots, first)
+        subscriptions = list(self.subscriptions.values())
+        for k, data in enumerate(datas):
+            entry = Entry(Position(_LEDGER, first.entry_id + k), data)
+            for sub in subscriptions:
+                sub.deliver(entry)
 
     async def subscribe(
         self, name: str, durable: bool, initial_position: int, start_message_id: pb.MessageIdData | None

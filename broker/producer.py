@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.stats import Meter
-from magnetar.managed_ledger.api import Position
+from magnetar.managed_ledger.api import Position, make_position
 
 if TYPE_CHECKING:
     from magnetar.broker.connection import ServerConnection
     from magnetar.broker.topic import PersistentTopic
+
+
+#: One SEND as the publish path takes it: ``(sequence_id, highest_sequence_id, num_messages, entry)``.
+Send = tuple[int, int, int, bytes]
 
 
 class PublishSlot:
@@ -73,15 +78,15 @@ class Producer:
         #: Granted by the topic (a WaitForExclusive producer is registered while still queued).
         self.ready = False
 
-    def enqueue(self, sequence_id: int, highest_sequence_id: int, size: int = 0) -> PublishSlot:
-        """A SEND of ``size`` bytes entered the pipeline (counted for back-pressure until answered)."""
-        slot = PublishSlot(sequence_id, highest_sequence_id, size)
+    def enqueue(self, sends: Sequence[Send]) -> list[PublishSlot]:
+        """SENDs entered the pipeline, in order; each counts for back-pressure until it is answered."""
+        slots = [PublishSlot(seq, highest, len(data)) for seq, highest, _, data in sends]
         pending = self.pending
         if pending is None:
             pending = self.pending = deque()
-        pending.append(slot)
-        self.connection.publish_started(size)
-        return slot
+        pending.extend(slots)
+        self.connection.publish_started(len(slots), sum(slot.size for slot in slots))
+        return slots
 
     def complete(
         self, slot: PublishSlot, position: Position | None, error: tuple[pb.ServerError, str] | None = None
@@ -89,25 +94,39 @@ class Producer:
         """Record the outcome of ``slot`` and send every receipt that is now in order."""
         slot.position = position
         slot.error = error
+        self._answer()
+
+    def complete_run(self, slots: Sequence[PublishSlot], position: Position) -> None:
+        """``slots`` were stored at consecutive entries of one ledger from ``position``: send every receipt
+        that is now in order."""
+        ledger_id, entry_id = position
+        for slot in slots:
+            slot.position = make_position((ledger_id, entry_id))
+            entry_id += 1
+        self._answer()
+
+    def _answer(self) -> None:
+        """Answer the SENDs at the head of the queue whose outcome is known, in order, in one write."""
         pending = self.pending
-        assert pending is not None  # slot came from enqueue()
-        connection = self.connection
-        write, publish_done = connection.write, connection.publish_done
+        assert pending is not None  # slots came from enqueue()
         pid = self.producer_id
+        frames: list[bytes] = []
+        count = size = 0
         while pending and (pending[0].position is not None or pending[0].error is not None):
             s = pending.popleft()
-            publish_done(s.size)
-            if self.closed:
-                continue
+            count += 1
+            size += s.size
             if s.error is not None:
-                write(commands.send_error(pid, s.sequence_id, *s.error))
+                frames.append(commands.send_error(pid, s.sequence_id, *s.error))
             else:
-                assert s.position is not None
-                write(
-                    commands.send_receipt(
-                        pid, s.sequence_id, s.position.ledger_id, s.position.entry_id, s.highest_sequence_id
-                    )
-                )
+                pos = s.position
+                assert pos is not None
+                frames.append(commands.send_receipt(pid, s.sequence_id, pos[0], pos[1], s.highest_sequence_id))
+        if count:
+            connection = self.connection
+            connection.publish_done(count, size)
+            if not self.closed:
+                connection.write(*frames)
 
     def disconnect(self) -> None:
         """Ask the client to reconnect this producer (CLOSE_PRODUCER), e.g. when the topic unloads."""

@@ -133,7 +133,7 @@ def on_send(conn: ServerConnection, cmd: T, frame: Frame) -> None:
         # upwards from sequence_id; first + n - 1 never exceeds the true highest, so it is a safe
         # bound for deduplication and for the last_sequence_id a reconnecting producer resumes after.
         highest = sequence_id + num_messages - 1
-    producer.topic.publish(producer, sequence_id, highest, num_messages, data)
+    conn.queue_send(producer, (sequence_id, highest, num_messages, data))
 
 
 def on_close_producer(conn: ServerConnection, cmd: T, frame: Frame) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ from magnetar.broker.errors import (
     TopicTerminatedError,
 )
 from magnetar.broker.policies import EffectivePolicies
-from magnetar.broker.producer import Producer, PublishSlot
+from magnetar.broker.producer import Producer, PublishSlot, Send
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import entry_num_messages, parse_metadata
 from magnetar.broker.stats import Meter
@@ -235,38 +235,65 @@ class PersistentTopic:
                 waiter.set_result(None)
                 return
 
-    def publish(
-        self, producer: Producer, sequence_id: int, highest_sequence_id: int, num_messages: int, data: bytes
-    ) -> None:
-        """Append one entry (a message or a whole batch); the receipt is sent once it is durable."""
-        size = len(data)
-        slot = producer.enqueue(sequence_id, highest_sequence_id, size)
+    def publish(self, producer: Producer, sends: Sequence[Send]) -> None:
+        """Append ``producer``'s SENDs in order, one entry each (a message or a whole batch); each receipt is
+        sent once its entry is durable, in SEND order. The connection hands over a socket read's worth at once:
+        the managed ledger stores them with one callback per run of stored entries."""
+        slots = producer.enqueue(sends)
+        error = None
         if self.terminated:
-            producer.complete(slot, None, (pb.TopicTerminatedError, "Topic was already terminated"))
+            error = (pb.TopicTerminatedError, "Topic was already terminated")
+        elif not self.service.may_write():  # lost the ownership lease: never write again
+            error = (pb.PersistenceError, "This broker no longer owns the topic")
+        if error is not None:
+            for slot in slots:
+                producer.complete(slot, None, error)
             return
-        if not self.service.may_write():  # lost the ownership lease: never write again
-            producer.complete(slot, None, (pb.PersistenceError, "This broker no longer owns the topic"))
-            return
+        if self.dedup.enabled:
+            slots, sends = self._new_sends(producer, slots, sends)
+            if not slots:
+                return
+        datas = [send[3] for send in sends]
+        messages = sum(send[2] for send in sends)
+        size = sum(map(len, datas))
+        producer.meter.add(messages, size)
+        self.meter_in.add(messages, size)
+        # No task per publish: the managed ledger calls back once entries are durable (or failed).
+        self.ledger.add_entries_async(datas, partial(self._persisted, producer, slots))
+
+    def _new_sends(
+        self, producer: Producer, slots: list[PublishSlot], sends: Sequence[Send]
+    ) -> tuple[list[PublishSlot], list[Send]]:
+        """Deduplication: answer duplicates (and sends whose first copy is still being stored) at once; returns
+        the slots and sends left to store."""
         dedup = self.dedup
-        if dedup.enabled:
-            verdict = dedup.check(producer.name, sequence_id, highest_sequence_id)
+        kept_slots: list[PublishSlot] = []
+        kept: list[Send] = []
+        for slot, send in zip(slots, sends, strict=True):
+            verdict = dedup.check(producer.name, slot.sequence_id, slot.highest_sequence_id)
             if verdict is Verdict.DUPLICATE:
                 producer.complete(slot, DUPLICATE_POSITION)
-                return
-            if verdict is Verdict.UNKNOWN:
+            elif verdict is Verdict.UNKNOWN:
                 producer.complete(slot, None, (pb.PersistenceError, "Duplicate message still being persisted"))
-                return
-        producer.meter.add(num_messages, size)
-        self.meter_in.add(num_messages, size)
-        # No task per publish: the managed ledger calls back once the entry is durable (or failed).
-        self.ledger.add_entry_async(data, partial(self._persisted, producer, slot))
+            else:
+                kept_slots.append(slot)
+                kept.append(send)
+        return kept_slots, kept
 
     def _persisted(
-        self, producer: Producer, slot: PublishSlot, position: Position | None, exc: BaseException | None
+        self,
+        producer: Producer,
+        slots: list[PublishSlot],
+        index: int,
+        position: Position | None,
+        count: int,
+        exc: BaseException | None,
     ) -> None:
+        """``count`` sends from ``slots[index]`` were stored from ``position`` on (or that one failed)."""
         if exc is not None:
             # Every SEND ends in a receipt or an error: receipts leave in order, so one slot left
             # open would strand every later send of this producer.
+            slot = slots[index]
             self._publish_failed(producer)
             if isinstance(exc, ManagedLedgerFencedError):
                 producer.complete(slot, None, (pb.PersistenceError, "Topic is fenced: another broker owns it"))
@@ -276,10 +303,15 @@ class PersistentTopic:
                 producer.complete(slot, None, (pb.PersistenceError, f"Failed to persist message: {exc!r}"))
             return
         assert position is not None
-        self.entries_added += 1
+        self.entries_added += count
+        stored = slots[index : index + count]
         if self.dedup.enabled:
-            self.dedup.on_persisted(producer.name, slot.sequence_id, slot.highest_sequence_id, position)
-        producer.complete(slot, position)
+            ledger_id, entry_id = position
+            for k, slot in enumerate(stored):
+                self.dedup.on_persisted(
+                    producer.name, slot.sequence_id, slot.highest_sequence_id, Position(ledger_id, entry_id + k)
+                )
+        producer.complete_run(stored, position)
         if self.subscriptions:  # most published-to topics of a benchmark or a new app have none
             for sub in self.subscriptions.values():
                 sub.wakeup()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import NamedTuple
@@ -90,6 +90,16 @@ class ReadHandle(abc.ABC):
 AppendCallback = Callable[[int | None, BaseException | None], None]
 
 
+#: Told the outcome of a run of appends (:meth:`WriteHandle.append_many`), in order: ``(index, first_entry_id,
+#: count, None)`` when ``count`` consecutive appends from the run's ``index``-th one completed, or
+#: ``(index, None, 1, error)`` when that one failed.
+RunCallback = Callable[[int, int | None, int, BaseException | None], None]
+
+
+def _tell_run(callback: RunCallback, index: int, entry_id: int | None, exc: BaseException | None) -> None:
+    callback(index, entry_id, 1, exc)
+
+
 def _tell(callback: AppendCallback, fut: asyncio.Future[int]) -> None:
     if fut.cancelled():
         callback(None, LedgerError("append cancelled"))
@@ -121,6 +131,13 @@ class WriteHandle(ReadHandle):
         once the add completed (never before this returns; errors found at once are raised). Handles
         call it directly; this default goes through the future."""
         self.append_nowait(data).add_done_callback(partial(_tell, callback))
+
+    def append_many(self, datas: Sequence[bytes], callback: RunCallback) -> None:
+        """:meth:`append_async` of several entries, in order, with one callback told per completed run (see
+        :data:`RunCallback`): the publish path appends a socket read's worth of a producer's sends at once.
+        This default appends them one by one."""
+        for index, data in enumerate(datas):
+            self.append_async(data, partial(_tell_run, callback, index))
 
     @abc.abstractmethod
     async def close(self) -> None:

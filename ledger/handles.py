@@ -6,7 +6,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import Any
@@ -28,6 +28,7 @@ from .api import (
     LedgerFencedError,
     NoSuchEntryError,
     NotEnoughBookiesError,
+    RunCallback,
     WriteHandle,
 )
 from .context import LedgerContext
@@ -66,6 +67,17 @@ class _UnknownBookie(BookieClient):
         pass
 
 
+class _Run:
+    """The appends of one :meth:`LedgerWriteHandle.append_many` call: their ops share it as their callback, so
+    completions are told per run of consecutive entries, not per entry."""
+
+    __slots__ = ("callback", "first")
+
+    def __init__(self, callback: RunCallback, first: int) -> None:
+        self.callback = callback
+        self.first = first  # entry id of the run's first append (index 0)
+
+
 class _PendingAdd:
     __slots__ = ("acked", "acks", "callback", "data", "entry_id", "future", "head", "mask", "started", "total_length")
 
@@ -76,7 +88,7 @@ class _PendingAdd:
         data: bytes,
         total_length: int,
         future: asyncio.Future[int] | None,
-        callback: AppendCallback | None,
+        callback: AppendCallback | _Run | None,
     ) -> None:
         self.entry_id = entry_id
         # The stored entry is head + data, never joined here: the bookie clients write the two parts.
@@ -84,7 +96,8 @@ class _PendingAdd:
         self.data = data
         self.total_length = total_length
         #: Exactly one of the two is set: the future of :meth:`append_nowait`, or the callback of
-        #: :meth:`append_async` (told directly: no future and no done-callback hop per entry).
+        #: :meth:`append_async` (told directly: no future and no done-callback hop per entry), or the
+        #: :class:`_Run` of :meth:`append_many`.
         self.future = future
         self.callback = callback
         self.acks = 0
@@ -107,6 +120,7 @@ def _slot_lists(clients: tuple[BookieClient, ...]) -> tuple[list[Any], ...]:
     RemoteBookieClient.add_encoded_cb takes an entry encoded once for all its replicas and calls the
     slot's callback straight from its connection (no future); LocalBookieClient.add_parts_async calls
     back from the journal (no future either); both take the digest header and the data as two buffers.
+    LocalBookieClient.add_parts_many takes a run of entries with one callback.
     add_entry_nowait returns a future (no task); anything else gets a task (these two get the stored
     entry joined).
     """
@@ -116,6 +130,7 @@ def _slot_lists(clients: tuple[BookieClient, ...]) -> tuple[list[Any], ...]:
         [getattr(c, "encode_add_parts", None) for c in clients],
         [getattr(c, "add_parts_async", None) for c in clients],
         [getattr(c, "add_entry_nowait", None) for c in clients],
+        [getattr(c, "add_parts_many", None) for c in clients],
     )
 
 
@@ -157,6 +172,7 @@ class LedgerWriteHandle(WriteHandle):
         "_lac",
         "_length",
         "_loop",
+        "_many",
         "_master_key",
         "_next_entry",
         "_nowait",
@@ -236,7 +252,7 @@ class LedgerWriteHandle(WriteHandle):
             if len(_SLOT_LISTS) >= _SLOT_LISTS_MAX:
                 _SLOT_LISTS.clear()
             lists = _SLOT_LISTS[clients] = _slot_lists(clients)
-        self._clients, self._cb_adds, self._encoders, self._async, self._nowait = lists
+        self._clients, self._cb_adds, self._encoders, self._async, self._nowait, self._many = lists
         self._slot_done: list[Callable[[_PendingAdd, BaseException | None], None]] = [
             partial(self._on_slot_done, idx, gen) for idx, gen in enumerate(self._slot_gen)
         ]
@@ -275,6 +291,72 @@ class LedgerWriteHandle(WriteHandle):
     def append_async(self, data: bytes, callback: AppendCallback) -> None:
         """Start an append whose outcome goes straight to ``callback`` when it completes (in order)."""
         self._start(data, None, callback)
+
+    def append_many(self, datas: Sequence[bytes], callback: RunCallback) -> None:
+        """Start appends of ``datas`` (consecutive entries) whose outcomes go to ``callback`` per completed run.
+
+        Where every bookie of the write set takes a run in one call (an in-process bookie:
+        ``add_parts_many``) and every entry has the same write set (ensemble = write quorum), each of them
+        gets the whole run with one callback; otherwise each entry is sent as :meth:`append_async` sends it.
+        Either way completions are told per run of consecutive entries."""
+        if self._error is not None:
+            raise self._error
+        if self._closing:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        if not datas:
+            return
+        lid = self.ledger_id
+        first = self._next_entry
+        run = _Run(callback, first)
+        header = digest.frame_header
+        total = self._pending_length
+        heads: list[bytes] = []
+        ops: list[_PendingAdd] = []
+        for eid, data in enumerate(datas, first):
+            total += len(data)
+            head = header(lid, eid, total, data)
+            heads.append(head)
+            ops.append(_PendingAdd(eid, head, data, total, None, run))
+        self._next_entry = first + len(ops)
+        self._pending_length = total
+        pending = self._pending
+        if pending is _NO_ADDS:
+            pending = self._pending = collections.deque()
+        pending.extend(ops)
+        if self._timer is None:
+            self._arm_timer()
+        md = self.metadata
+        many = self._many
+        Qw = md.write_quorum
+        if md.ensemble_size != Qw or self._changing or self._failed or None in many[:Qw]:
+            for op in ops:
+                self._send(op)
+            return
+        eids = range(first, first + len(ops))
+        key, lac, recovery, gens = self._master_key, self._lac, self._recovery, self._slot_gen
+        for idx in range(Qw):
+            done = partial(self._on_run_result, ops, idx, gens[idx])
+            try:
+                many[idx](lid, eids, key, lac, heads, datas, recovery, done)
+            except BookieError as e:
+                done(e)
+
+    def _on_run_result(self, ops: list[_PendingAdd], idx: int, gen: int, exc: BaseException | None) -> None:
+        """Replica ``idx``'s answer for a whole run (``add_parts_many``): as :meth:`_on_replica_result` for
+        each of its entries."""
+        if gen != self._slot_gen[idx]:
+            return  # an answer of a bookie that was replaced meanwhile: the replacement counts
+        if exc is not None:
+            self._on_replica_result(ops[0], idx, gen, exc)  # a failure concerns the bookie, not the entry
+            return
+        qa, bit = self.metadata.ack_quorum, 1 << idx
+        for op in ops:
+            if not op.acked:
+                op.mask |= bit
+                op.acks += 1
+                if op.acks >= qa:
+                    op.acked = True
+        self._complete_in_order()
 
     def _start(self, data: bytes, future: asyncio.Future[int] | None, callback: AppendCallback | None) -> None:
         if self._error is not None:
@@ -406,10 +488,19 @@ class LedgerWriteHandle(WriteHandle):
         pending = self._pending
         while pending and pending[0].acked:
             op = pending.popleft()
+            cb = op.callback
+            if type(cb) is _Run:  # tell the run of acked entries of the same append_many at once
+                first = op.entry_id
+                while pending and pending[0].acked and pending[0].callback is cb:
+                    op = pending.popleft()
+                self._lac = op.entry_id
+                self._length = op.total_length
+                cb.callback(first - cb.first, first, op.entry_id - first + 1, None)
+                continue
             self._lac = op.entry_id
             self._length = op.total_length
-            if op.callback is not None:
-                op.callback(op.entry_id, None)
+            if cb is not None:
+                cb(op.entry_id, None)  # type: ignore[operator]  # an AppendCallback
             elif not op.future.done():  # type: ignore[union-attr]  # one of the two is set
                 op.future.set_result(op.entry_id)  # type: ignore[union-attr]
         if not pending:
@@ -523,8 +614,8 @@ class LedgerWriteHandle(WriteHandle):
         """Use the replacements from now on and re-send them what the replaced bookies owed."""
         old = self._clients
         # Private copies before changing them: until now they may be shared with other handles.
-        self._clients, self._cb_adds, self._encoders, self._async, self._nowait = (
-            list(x) for x in (old, self._cb_adds, self._encoders, self._async, self._nowait)
+        self._clients, self._cb_adds, self._encoders, self._async, self._nowait, self._many = (
+            list(x) for x in (old, self._cb_adds, self._encoders, self._async, self._nowait, self._many)
         )
         for idx, address in replaced.items():
             if self._on_close is not None:  # only client-created handles count in placement usage
@@ -538,6 +629,7 @@ class LedgerWriteHandle(WriteHandle):
             self._encoders[idx] = getattr(client, "encode_add_parts", None)
             self._nowait[idx] = getattr(client, "add_entry_nowait", None)
             self._async[idx] = getattr(client, "add_parts_async", None)
+            self._many[idx] = getattr(client, "add_parts_many", None)
             if isinstance(self._failed, set):
                 self._failed.discard(idx)
         self.ensemble_changes += 1
@@ -582,8 +674,11 @@ class LedgerWriteHandle(WriteHandle):
         pending, self._pending = self._pending, _NO_ADDS
         for op in pending:
             op.acked = True  # late acks of a failed add count for nothing
-            if op.callback is not None:
-                op.callback(None, self._error)
+            cb = op.callback
+            if type(cb) is _Run:
+                cb.callback(op.entry_id - cb.first, None, 1, self._error)
+            elif cb is not None:
+                cb(None, self._error)  # type: ignore[operator]  # an AppendCallback
             elif not op.future.done():  # type: ignore[union-attr]  # one of the two is set
                 op.future.set_exception(self._error)  # type: ignore[union-attr]
         self._tell_drained()

@@ -9,7 +9,7 @@ individually acked positions after it, persisted in the metadata store and recov
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
@@ -33,6 +33,12 @@ make_position = cast("Callable[[tuple[int, int]], Position]", partial(tuple.__ne
 
 #: Where an asynchronous add's outcome goes: ``(position, None)`` or ``(None, error)``.
 AddCallback = Callable[[Position | None, BaseException | None], None]
+
+
+#: Told the outcome of a run of adds (:meth:`ManagedLedger.add_entries_async`), in order: ``(index, position,
+#: count, None)`` when ``count`` consecutive adds from the run's ``index``-th one were stored at consecutive
+#: positions of one ledger starting at ``position``, or ``(index, None, 1, error)`` when that one failed.
+AddRunCallback = Callable[[int, Position | None, int, BaseException | None], None]
 
 
 #: Before every position (a cursor marked here has acked nothing).
@@ -247,6 +253,12 @@ class ManagedLedger(abc.ABC):
         """:meth:`add_entry` for the publish hot path, without a task or coroutine per entry: ``callback``
         gets ``(position, None)`` once the entry is durable, else ``(None, ManagedLedgerError)``, exactly
         once and possibly before this returns. Entries are stored in call order."""
+
+    @abc.abstractmethod
+    def add_entries_async(self, datas: Sequence[bytes], callback: AddRunCallback) -> None:
+        """:meth:`add_entry_async` of several entries, stored in order, with ``callback`` told per run of
+        consecutive stored entries (see :data:`AddRunCallback`): every entry is answered exactly once, possibly
+        before this returns. The publish path adds a socket read's worth of a producer's sends this way."""
 
     @abc.abstractmethod
     async def open_cursor(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from magnetar.managed_ledger.api import Position
 
@@ -66,15 +66,22 @@ class LedgerCache:
 
     def insert(self, pos: Position, data: bytes) -> None:
         """Cache a just-added entry (positions must arrive in increasing order)."""
+        self.insert_run(pos[0], pos[1], (data,))
+
+    def insert_run(self, ledger_id: int, first_entry_id: int, datas: Sequence[bytes]) -> None:
+        """Cache just-added consecutive entries of one ledger (positions must arrive in increasing order)."""
         entries = self._entries
-        key = (pos[0] << 64) + pos[1]  # _key, inlined: every cached add passes here
-        if key in entries:
-            return
-        entries[key] = data
+        key = (ledger_id << 64) + first_entry_id  # _key, inlined: every cached add passes here
+        grown = 0
+        overhead = self._manager.entry_overhead
+        for data in datas:
+            if key not in entries:
+                entries[key] = data
+                grown += len(data) + overhead
+            key += 1
         m = self._manager
-        n = len(data) + m.entry_overhead
-        self.size += n
-        m.size += n
+        self.size += grown
+        m.size += grown
         if m.size > m.max_bytes:
             m.evict()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ from magnetar.managed_ledger.api import (
     EARLIEST,
     LATEST,
     AddCallback,
+    AddRunCallback,
     CursorNotFoundError,
     Entry,
     InitialPosition,
@@ -33,6 +34,7 @@ from magnetar.managed_ledger.api import (
     ManagedLedgerError,
     ManagedLedgerFencedError,
     Position,
+    make_position,
 )
 from magnetar.managed_ledger.cursor import ManagedCursorImpl
 from magnetar.managed_ledger.metadata import CursorInfo, LedgerInfo
@@ -287,6 +289,9 @@ class ManagedLedgerImpl(ManagedLedger):
     def add_entry_async(self, data: bytes, callback: AddCallback) -> None:
         self._writer.add_async(data, callback)
 
+    def add_entries_async(self, datas: Sequence[bytes], callback: AddRunCallback) -> None:
+        self._writer.add_many(datas, callback)
+
     @property
     def writable(self) -> bool:
         """Whether the managed ledger is open (not opening, fenced or closed)."""
@@ -316,16 +321,17 @@ class ManagedLedgerImpl(ManagedLedger):
         """A rollover finished: an older ledger may be trimmable now."""
         self._schedule_trim(self._factory.trim_delay_seconds)
 
-    def entry_added(self, position: Position, data: bytes) -> None:
-        """An add was confirmed at ``position``: advance the LAC, cache it while a cursor may read it, wake
-        waiting cursors."""
-        if position > self._last_confirmed:
-            self._last_confirmed = position
+    def entries_added(self, ledger_id: int, first_entry_id: int, datas: Sequence[bytes]) -> None:
+        """Adds were confirmed at consecutive entries of ``ledger_id``: advance the LAC, cache them while a cursor
+        may read them, wake waiting cursors."""
+        last = make_position((ledger_id, first_entry_id + len(datas) - 1))
+        if last > self._last_confirmed:
+            self._last_confirmed = last
         if self._cursors or self._opening_cursors:
             # As Pulsar's OpAddEntry (hasActiveCursors): without a cursor nobody reads the entry from memory,
             # and inserting it only to age it out again costs ~1 µs per entry; a cursor opened later reads it
             # from the ledger.
-            self._cache.insert(position, data)
+            self._cache.insert_run(ledger_id, first_entry_id, datas)
         if self._waiting:
             self._notify_waiting()
 

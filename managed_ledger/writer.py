@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
@@ -26,6 +27,7 @@ from typing import Protocol
 from magnetar.ledger.api import LedgerConfig, LedgerError, LedgerFencedError, WriteHandle
 from magnetar.managed_ledger.api import (
     AddCallback,
+    AddRunCallback,
     ManagedLedgerClosedError,
     ManagedLedgerConfig,
     ManagedLedgerError,
@@ -75,8 +77,8 @@ class WriterHost(Protocol):
     def on_rolled_over(self) -> None:
         """A rollover finished (an older ledger may be trimmable now)."""
 
-    def entry_added(self, position: Position, data: bytes) -> None:
-        """An add was confirmed at ``position``."""
+    def entries_added(self, ledger_id: int, first_entry_id: int, datas: Sequence[bytes]) -> None:
+        """Adds were confirmed at consecutive entries of ``ledger_id`` from ``first_entry_id``."""
 
 
 @dataclass(slots=True, eq=False)
@@ -105,6 +107,11 @@ def _deliver(callback: AddCallback, fut: asyncio.Future[Position]) -> None:
         callback(None, exc)
     else:
         callback(fut.result(), None)
+
+
+def _tell_one(callback: AddRunCallback, index: int, position: Position | None, exc: BaseException | None) -> None:
+    """One add of a run, added on its own: its outcome as the run's callback takes it."""
+    callback(index, position, 1, exc)
 
 
 def _finish(
@@ -220,6 +227,79 @@ class LedgerWriter:
         if self._handle is None and not self._rolling:
             self._start_rollover()  # no writable ledger (an earlier rollover failed): try again
 
+    def add_many(self, datas: Sequence[bytes], callback: AddRunCallback) -> None:
+        """Append entries in order with one callback told per run (see :data:`AddRunCallback`).
+
+        While the current ledger accepts direct appends and this run does not fill it, the run goes to the
+        write handle in one call (:meth:`WriteHandle.append_many`): one callback per run of stored entries
+        instead of one per entry. Otherwise (a rollover in progress or due within the run, no writable
+        ledger) each entry is added as :meth:`add_async` adds it, with the same ordering and failure rules.
+        """
+        n = len(datas)
+        if not n:
+            return
+        size = sum(map(len, datas))
+        if not self._accepting or self._fills_ledger(self._issued_entries + n, self._issued_bytes + size):
+            for index, data in enumerate(datas):
+                self.add_async(data, partial(_tell_one, callback, index))
+            return
+        handle, cur = self._handle, self._current
+        assert handle is not None and cur is not None
+        seq = self._next_seq
+        self._next_seq += n
+        self._inflight += n
+        if not self._issued_entries and self._rollover_timer is None:
+            self._arm_rollover_timer()
+        self._issued_entries += n
+        self._issued_bytes += size
+        try:
+            handle.append_many(datas, partial(self._issued_run, datas, seq, callback, cur))
+        except BaseException as e:  # the handle failed or is closing: each add retries or fails on its own
+            for index, data in enumerate(datas):
+                self._issued(data, seq + index, None, partial(_tell_one, callback, index), cur, None, e)
+
+    def _issued_run(
+        self,
+        datas: Sequence[bytes],
+        seq: int,
+        callback: AddRunCallback,
+        cur: LedgerInfo,
+        index: int,
+        entry_id: int | None,
+        count: int,
+        exc: BaseException | None,
+    ) -> None:
+        """``count`` appends of a run ended from its ``index``-th: confirm them, or retry / fail the one that
+        failed as :meth:`_issued` does for a single add."""
+        if exc is not None:
+            self._issued(datas[index], seq + index, None, partial(_tell_one, callback, index), cur, None, exc)
+            return
+        assert entry_id is not None
+        self._inflight -= count
+        if not self._inflight and self._drain_waiters:
+            self._tell_drained()
+        stored = datas[index : index + count]
+        if entry_id + count > cur.entries:
+            cur.entries = entry_id + count
+        cur.size += sum(map(len, stored))
+        self._host.entries_added(cur.ledger_id, entry_id, stored)
+        callback(index, make_position((cur.ledger_id, entry_id)), count, None)
+
+    def _fills_ledger(self, entries: int, size: int) -> bool:
+        """Whether the current ledger is due to roll over once it holds ``entries`` entries of ``size`` bytes
+        (Pulsar's rule: by entries or size, once it is older than the minimum rollover time)."""
+        cfg = self._config
+        return (
+            entries >= cfg.max_entries_per_ledger or size >= cfg.max_size_per_ledger_bytes
+        ) and self._loop.time() - self._current_created >= cfg.min_ledger_rollover_seconds
+
+    def _arm_rollover_timer(self) -> None:
+        # Rolls over max_ledger_rollover_seconds after the ledger's creation (Pulsar's rule: only a ledger
+        # with entries rolls over on time).
+        self._rollover_timer = self._loop.call_at(
+            self._current_created + max(self._config.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
+        )
+
     def _new_item(self, data: bytes, seq: int) -> _PendingAdd:
         item = _PendingAdd(data, self._loop.create_future(), seq)
         items = self._items
@@ -241,18 +321,11 @@ class LedgerWriter:
         cur = self._current
         assert handle is not None and cur is not None
         self._inflight += 1
+        if not self._issued_entries and self._rollover_timer is None:
+            self._arm_rollover_timer()
         self._issued_entries += 1
         self._issued_bytes += len(data)
-        cfg = self._config
-        if self._issued_entries == 1 and self._rollover_timer is None:
-            # Rolls over max_ledger_rollover_seconds after the ledger's creation (Pulsar's rule: only
-            # a ledger with entries rolls over on time).
-            self._rollover_timer = self._loop.call_at(
-                self._current_created + max(cfg.max_ledger_rollover_seconds, 0.001), self._on_rollover_timer
-            )
-        if (
-            self._issued_entries >= cfg.max_entries_per_ledger or self._issued_bytes >= cfg.max_size_per_ledger_bytes
-        ) and self._loop.time() - self._current_created >= cfg.min_ledger_rollover_seconds:
+        if self._fills_ledger(self._issued_entries, self._issued_bytes):
             self._start_rollover()
         try:
             handle.append_async(data, partial(self._issued, data, seq, item, callback, cur))
@@ -280,7 +353,7 @@ class LedgerWriter:
             if entry_id >= cur.entries:
                 cur.entries = entry_id + 1
             cur.size += len(data)
-            self._host.entry_added(pos, data)
+            self._host.entries_added(cur.ledger_id, entry_id, (data,))
             if callback is not None:
                 callback(pos, None)
             else:
