@@ -15,7 +15,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
-from magnetar.broker.protocol.validate import max_batch_messages
+from magnetar.broker.protocol.validate import ScratchMessage, max_batch_messages
 
 MAGIC_CRC32C = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02
@@ -250,6 +250,10 @@ NONE_KEY = b"NONE_KEY"
 _UNREADABLE = EntryMeta(1, NONE_KEY, 0, 0, None, 0, 0, False)
 
 
+#: Dispatch decodes every entry's metadata it sends: into one reused message, not a new one per entry.
+_metadata = ScratchMessage(pb.MessageMetadata)
+
+
 def entry_meta(entry: bytes) -> EntryMeta:
     """Decode the per-entry facts the dispatchers use (one protobuf parse per entry, never per message).
 
@@ -257,10 +261,9 @@ def entry_meta(entry: bytes) -> EntryMeta:
     stop its subscription, so an undecodable entry counts as one message without a key, and a batch's
     message count is bounded by what its bytes can hold.
     """
-    m = pb.MessageMetadata()
     try:
         (size,) = _U32.unpack_from(entry, 6)
-        m.ParseFromString(memoryview(entry)[10 : 10 + size])
+        m = _metadata.parse(entry[10 : 10 + size])
     except Exception:
         return _UNREADABLE
     if m.HasField("ordering_key"):
@@ -276,11 +279,8 @@ def entry_meta(entry: bytes) -> EntryMeta:
     else:
         key = NONE_KEY
     chunked = m.HasField("uuid") and m.num_chunks_from_msg > 1 and isinstance(m.uuid, str)
-    count = 1
-    if m.HasField("num_messages_in_batch"):
-        count = min(max(m.num_messages_in_batch, 1), max(max_batch_messages(m, len(entry) - 10 - size), 1))
     return EntryMeta(
-        count,
+        _batch_count(m, len(entry) - 10 - size),
         key,
         m.publish_time,
         m.deliver_at_time if m.HasField("deliver_at_time") else 0,
@@ -292,8 +292,20 @@ def entry_meta(entry: bytes) -> EntryMeta:
 
 
 def entry_num_messages(entry: bytes) -> int:
-    """Messages in a stored entry (``num_messages_in_batch``, 1 for a plain message)."""
-    return entry_meta(entry).num_messages
+    """Messages in a stored entry (``num_messages_in_batch``, 1 for a plain message); what :func:`entry_meta`
+    counts, without building the rest (Exclusive and Failover dispatch need only this)."""
+    try:
+        (size,) = _U32.unpack_from(entry, 6)
+        m = _metadata.parse(entry[10 : 10 + size])
+    except Exception:
+        return 1
+    return _batch_count(m, len(entry) - 10 - size)
+
+
+def _batch_count(m: pb.MessageMetadata, payload_size: int) -> int:
+    if not m.HasField("num_messages_in_batch"):
+        return 1
+    return min(max(m.num_messages_in_batch, 1), max(max_batch_messages(m, payload_size), 1))
 
 
 def _b64decode(text: str) -> bytes:

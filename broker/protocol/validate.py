@@ -89,11 +89,33 @@ def _strict_message_metadata() -> type[Message]:
 #: Same fields and accessors as ``pb.MessageMetadata`` (hence typed as it); only the parse is stricter.
 _StrictMessageMetadata = cast("type[pb.MessageMetadata]", _strict_message_metadata())
 #: Parses into one reused message before a fresh one replaces it. A reused message saves an allocation per
-#: SEND (~0.3 µs); upb keeps each parse's data in the message's arena until the message is freed, so
+#: parse (~0.3 µs); upb keeps each parse's data in the message's arena until the message is freed, so
 #: reuse is bounded (at most this many metadata copies held).
 SCRATCH_PARSES = 256
-_scratch = _StrictMessageMetadata()
-_scratch_parses = 0
+
+
+class ScratchMessage:
+    """One reused message of ``cls`` to parse into (see :data:`SCRATCH_PARSES`), for per-entry hot paths that read
+    what they need from each parse at once and keep nothing of it."""
+
+    __slots__ = ("_cls", "_message", "_parses")
+
+    def __init__(self, cls: type[pb.MessageMetadata]) -> None:
+        self._cls = cls
+        self._message = cls()
+        self._parses = 0
+
+    def parse(self, raw: bytes | memoryview) -> pb.MessageMetadata:
+        """``raw`` parsed (raises what protobuf raises); valid until the next call."""
+        self._parses += 1
+        if self._parses >= SCRATCH_PARSES:
+            self._message, self._parses = self._cls(), 0
+        message = self._message
+        message.ParseFromString(raw)
+        return message
+
+
+_strict = ScratchMessage(_StrictMessageMetadata)
 
 
 def check_message_metadata(entry: bytes) -> None:
@@ -106,15 +128,10 @@ def check_message_metadata(entry: bytes) -> None:
     One C-level parse with the strict schema copy checks decoding and UTF-8 at once; only a refused
     entry is decoded again, with the protocol's own class, to name what is wrong.
     """
-    global _scratch, _scratch_parses
     (size,) = _U32.unpack_from(entry, 6)
     raw = entry[10 : 10 + size]  # a copy of a few dozen bytes costs less than a memoryview and its slice
-    _scratch_parses += 1
-    if _scratch_parses >= SCRATCH_PARSES:
-        _scratch, _scratch_parses = _StrictMessageMetadata(), 0
-    metadata = _scratch
     try:
-        metadata.ParseFromString(raw)
+        metadata = _strict.parse(raw)
     except Exception as exc:  # DecodeError (garbage or invalid UTF-8), or anything else upb raises
         raise InvalidMetadataError(_why_invalid(raw, exc)) from exc
     if not metadata.IsInitialized():

@@ -89,3 +89,20 @@ def test_each_check_judges_only_its_own_metadata() -> None:
         check_message_metadata(complete)
         with pytest.raises(InvalidMetadataError, match="Invalid batch"):
             check_message_metadata(batch_lie)
+
+
+def test_dispatch_decodes_each_entry_on_its_own() -> None:
+    """entry_meta / entry_num_messages parse into a reused message too: no field of an earlier entry (key, batch
+    count, delivery time, chunk) may show through in a later one."""
+    from magnetar.broker.protocol.frames import NONE_KEY, entry_meta, entry_num_messages
+
+    batch_meta = _meta(num_messages_in_batch=5, partition_key="k", deliver_at_time=99)
+    batch = _entry(batch_meta.SerializeToString(), b"x" * 600)
+    chunk = _entry(_meta(uuid="u-1", num_chunks_from_msg=3, chunk_id=1, ordering_key=b"o").SerializeToString(), b"y")
+    plain = _entry(_meta().SerializeToString(), b"z")
+    for _ in range(validate.SCRATCH_PARSES + 2):  # across the reused message's replacement too
+        b, c, p = entry_meta(batch), entry_meta(chunk), entry_meta(plain)
+        assert (b.num_messages, b.sticky_key, b.deliver_at, b.is_batch, b.chunk_uuid) == (5, b"k", 99, True, None)
+        assert (c.num_messages, c.sticky_key, c.chunk_uuid, c.chunk_id, c.num_chunks) == (1, b"o", "u-1", 1, 3)
+        assert (p.num_messages, p.sticky_key, p.deliver_at, p.is_batch, p.chunk_uuid) == (1, NONE_KEY, 0, False, None)
+        assert (entry_num_messages(batch), entry_num_messages(plain), entry_num_messages(chunk)) == (5, 1, 1)
