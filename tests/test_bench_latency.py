@@ -25,3 +25,21 @@ def test_latency_is_measured_from_the_send_and_from_the_schedule(standalone: Sta
     assert publish is not None and publish["samples"] == res.messages - 80
     assert 0 < publish["p50"] <= publish["p99"] <= publish["max"] < 5_000
     assert "publish (send -> receipt) p50/p99" in res.note
+
+
+def test_the_non_persistent_control_row_stores_nothing(standalone: StandaloneProcess) -> None:
+    """``latency-np-<rate>``: the same clients on a non-persistent topic (the floor the clients and the machine set)."""
+    import urllib.request
+
+    from benchmarks.bench.scenarios import scenario_plan
+
+    params = Params(latency_duration=1.0, latency_warmup=0.2, rates=[300], receiver_queue=1000)
+    assert [n for n, _ in scenario_plan(params, ["latency-np"])] == ["latency-np-300"]
+    assert "latency-np-300" not in [n for n, _ in scenario_plan(params, [])]  # only when asked for
+    bench = Bench(ExternalBroker(standalone.service_url, None), params, "t-latency-np")
+    res = bench.latency("latency-np-300", 300, "non-persistent")
+    assert res.error is None and res.errors == 0 and res.latency_ms is not None
+    assert res.latency_ms["samples"] >= 200
+    url = f"{standalone.http_url}/admin/v2/non-persistent/public/default/bench-latency-np-300-t-latency-np/stats"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert b'"msgInCounter"' in r.read()  # the row really went to a non-persistent topic

@@ -150,9 +150,9 @@ class Bench:
         self.run_id = run_id
         self.batch = (params.batch_max_messages, params.batch_max_bytes, params.batch_max_delay_ms)
 
-    def topic(self, name: str) -> str:
+    def topic(self, name: str, domain: str = "persistent") -> str:
         """A fresh topic per scenario so that no scenario sees another's data."""
-        return f"persistent://{self.p.namespace}/bench-{name}-{self.run_id}"
+        return f"{domain}://{self.p.namespace}/bench-{name}-{self.run_id}"
 
     def publish(self, name: str, size: int, batched: bool, duration: float) -> ScenarioResult:
         """Publish throughput with ``producers`` processes on one topic."""
@@ -256,13 +256,14 @@ class Bench:
         )
         return res
 
-    def latency(self, name: str, rate: int) -> ScenarioResult:
+    def latency(self, name: str, rate: int, domain: str = "persistent") -> ScenarioResult:
         """Paced producer and a consumer in separate processes; latency = receive time - send time
         (and, in the note, receive time - scheduled send time: what a late producer adds, and the
-        producer's publish latency, send -> receipt)."""
+        producer's publish latency, send -> receipt). On a ``non-persistent`` topic nothing is stored
+        and receipts come at once: the control row, what the clients and the machine cost by themselves."""
         size, duration = self.p.latency_size, self.p.latency_duration
         res = ScenarioResult(name, "latency", size, False, target_rate=rate)
-        topic = self.topic(name)
+        topic = self.topic(name, domain)
         url = self.broker.service_url
         expected = CTX.Value("q", -1)
 
@@ -356,6 +357,7 @@ def scenario_plan(params: Params, selected: list[str]) -> list[tuple[str, Callab
         "consume": [],
         "fanout": [],
         "latency": [],
+        "latency-np": [],
     }
     for size in params.sizes:
         n = f"publish-{_size_label(size)}"
@@ -375,9 +377,12 @@ def scenario_plan(params: Params, selected: list[str]) -> list[tuple[str, Callab
     for rate in params.rates:
         n = f"latency-{rate}"
         groups["latency"].append((n, lambda b, n=n, rate=rate: b.latency(n, rate)))
+        n = f"latency-np-{rate}"
+        groups["latency-np"].append((n, lambda b, n=n, rate=rate: b.latency(n, rate, "non-persistent")))
     plan: list[tuple[str, Callable[[Bench], ScenarioResult]]] = []
     everything = [item for g in groups.values() for item in g]
-    for want in selected or list(groups):
+    # The non-persistent control rows run only when asked for.
+    for want in selected or [g for g in groups if g != "latency-np"]:
         matches = groups.get(want) or [item for item in everything if item[0] == want]
         if not matches:
             names = ", ".join([*groups, *(n for n, _ in everything)])
