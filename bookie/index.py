@@ -52,6 +52,8 @@ _STATE = struct.Struct("<qBqqH")  # ledger, fenced, lac, last entry, key length
 _BLOCK = struct.Struct("<qqI")  # ledger, first entry, count
 _MEMBER = struct.Struct("<Iq")  # log id, ledger
 _INDEX_FILE = "index.dat"
+#: A checkpoint chunk is joined and written in pieces of about this size (bounds each GIL hold).
+_PIECE_BYTES = 256 << 10
 _ENTRY_HEADER_SIZE = 24  # entry_log.ENTRY_HEADER_SIZE (length, crc32c, ledger, entry)
 
 
@@ -345,11 +347,9 @@ class LedgerIndex:
         """
         if self._cut_pending:
             self._cut_back()
-        chunk = _encode(cp)
+        pieces, size = _encode(cp)
         try:
-            mv = memoryview(chunk)
-            while mv:
-                mv = mv[_write(self._fd, mv) :]
+            _write_pieces(self._fd, pieces)
             os.fsync(self._fd)
         except BaseException:
             self._cut_pending = True
@@ -358,7 +358,7 @@ class LedgerIndex:
             except OSError as e:
                 log.error("cannot cut back a failed index write (retried before the next one): %r", e)
             raise
-        self._size += len(chunk)
+        self._size += size
         self.mark = cp.mark
         self.states.update(cp.states)
 
@@ -375,13 +375,11 @@ class LedgerIndex:
             return False
         members = [(lg, ld) for lg, lds in self.log_ledgers.items() for ld in lds]
         cp = Checkpoint(self.mark, [], dict(self.states), [x.as_block(lid) for lid, x in self.ledgers.items()], members)
-        chunk = _encode(cp)
+        pieces, size = _encode(cp)
         tmp = self._path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            mv = memoryview(chunk)
-            while mv:
-                mv = mv[os.write(fd, mv) :]
+            _write_pieces(fd, pieces)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -390,8 +388,8 @@ class LedgerIndex:
         _fsync_dir(self.directory)
         os.close(self._fd)
         self._fd = fd
-        log.debug("index log compacted from %d to %d bytes", self._size, len(chunk))
-        self._size = len(chunk)
+        log.debug("index log compacted from %d to %d bytes", self._size, size)
+        self._size = size
         self.compactions += 1
         return True
 
@@ -426,7 +424,8 @@ def _fsync_dir(directory: Path) -> None:
         os.close(dfd)
 
 
-def _encode(cp: Checkpoint) -> bytes:
+def _encode(cp: Checkpoint) -> tuple[list[bytes], int]:
+    """A checkpoint as chunk pieces (header first) and their total length."""
     parts: list[bytes] = [_MARK.pack(cp.mark.seq, cp.mark.offset), _COUNT.pack(len(cp.deleted))]
     parts.extend(_LID.pack(lid) for lid in cp.deleted)
     parts.append(_COUNT.pack(len(cp.states)))
@@ -444,8 +443,33 @@ def _encode(cp: Checkpoint) -> bytes:
     if cp.dropped_logs:
         parts.append(_COUNT.pack(len(cp.dropped_logs)))
         parts.extend(_COUNT.pack(log_id) for log_id in cp.dropped_logs)
-    body = b"".join(parts)
-    return _CHUNK_HDR.pack(_CHUNK_MAGIC, len(body), crc32c(body)) + body
+    # Joined and checksummed a piece at a time: one join of a large checkpoint's body (megabytes)
+    # held the GIL for milliseconds, and the event loop waits for every such C-level call.
+    pieces: list[bytes] = []
+    group: list[bytes] = []
+    grouped = length = crc = 0
+    for part in parts:
+        group.append(part)
+        grouped += len(part)
+        if grouped >= _PIECE_BYTES:
+            pieces.append(piece := b"".join(group))
+            crc = crc32c(piece, crc)
+            length += grouped
+            group, grouped = [], 0
+    if group:
+        pieces.append(piece := b"".join(group))
+        crc = crc32c(piece, crc)
+        length += grouped
+    pieces.insert(0, _CHUNK_HDR.pack(_CHUNK_MAGIC, length, crc))
+    return pieces, _CHUNK_HDR.size + length
+
+
+def _write_pieces(fd: int, pieces: list[bytes]) -> None:
+    """Write ``pieces`` in order through the ``_write`` seam (blocking; GIL released per write)."""
+    for piece in pieces:
+        mv = memoryview(piece)
+        while mv:
+            mv = mv[_write(fd, mv) :]
 
 
 def _decode(body: memoryview) -> Checkpoint:
