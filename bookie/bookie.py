@@ -531,7 +531,9 @@ class Bookie(CallbackAdds):
         deleted: list[int],
         mark: JournalPosition,
     ) -> None:
-        removed = self.storage.flush(snapshot, states, deleted, mark)
+        removed = self.storage.flush(
+            snapshot, states, deleted, mark, duty=self.config.checkpoint_flush_duty, urgent=self._held_back
+        )
         journals = self.journal.delete_before(mark.seq)
         log.debug(
             "checkpoint at %s: %d ledgers flushed, %d journals and %d entry logs removed",
@@ -540,6 +542,13 @@ class Bookie(CallbackAdds):
             journals,
             len(removed),
         )
+
+    def _held_back(self) -> bool:
+        """Whether adds wait for the running checkpoint (its flush then does not pause).
+
+        Called on the checkpoint thread: it only reads a deque's length and an int.
+        """
+        return bool(self._throttled) or self._cache_bytes >= self._cache_max
 
     def _flush_done(
         self,

@@ -54,6 +54,10 @@ class BookieConfig:
     #: How long an add waits for room in a full write cache before it is rejected with
     #: TOO_MANY_REQUESTS (the client moves to another bookie). BookKeeper: ``dbStorage_maxThrottleTimeMs``.
     max_throttle_time_s: float = 10.0
+    #: Share of a checkpoint's flush spent working: after each slice of entries the flush thread
+    #: pauses so that the event loop, which shares the GIL with it, keeps most of its speed (1.0 = no
+    #: pauses). A flush that adds wait for (full write cache) never pauses.
+    checkpoint_flush_duty: float = 0.33
     #: Upper bound of one checkpoint (a slow disk fails it; the journal still has the data).
     checkpoint_timeout_s: float = 120.0
     #: Rewrite the index log in one piece when it grows past this size and twice its live size.

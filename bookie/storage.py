@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from operator import add, lt
 from pathlib import Path
@@ -169,13 +170,23 @@ class LedgerStorage:
         states: dict[int, LedgerState],
         deleted: list[int],
         mark: JournalPosition,
+        *,
+        duty: float = 1.0,
+        urgent: Callable[[], bool] | None = None,
     ) -> list[int]:
         """Write ``snapshot`` to the entry log, persist the index chunk; returns removed log ids.
+
+        With ``duty`` below 1, the flush pauses after each slice for as long as that slice's CPU time
+        times ``(1 - duty) / duty``, except while ``urgent()`` says something waits for it. A
+        CPU-bound thread takes the GIL back whenever the event loop lets go of it (every system
+        call), so without pauses the loop ran at a fraction of its speed for the whole flush.
 
         If writing or syncing the entry log fails, nothing of this flush is indexed: the writer
         drops what it wrote since its last sync and the next flush starts a new log (the caller
         keeps the data in its write cache and the journal).
         """
+        rest = (1.0 - duty) / duty if 0.0 < duty < 1.0 else 0.0
+        worked = time.thread_time()
         writer = self.writer
         self.index.apply_deletes(deleted)
         blocks: list[Block] = []
@@ -201,6 +212,9 @@ class LedgerStorage:
                         blocks.append(Block(lid, first, locs, lens, array("I", crcs)))
                     else:
                         blocks.extend(_runs(lid, eids, locs, lens, crcs))
+                    if rest and not (urgent is not None and urgent()):
+                        time.sleep((time.thread_time() - worked) * rest)
+                        worked = time.thread_time()
         index = self.index
         for b in blocks:
             index.add_block(b)
