@@ -64,6 +64,9 @@ class OperatorConfig:
     #: seconds one Kubernetes API request of kopf's (finalizers, progress, status patches) may take before
     #: kopf retries it; kopf's own default (300) could hold one resource's handlers that long
     api_request_timeout: float = 30.0
+    #: seconds between kopf's checks of a deleted resource's drift timer that was mid-call when the deletion
+    #: came (its deletion handler and the finalizer's removal wait for it); kopf's own default is 60
+    timer_stop_poll: float = 1.0
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -88,6 +91,7 @@ class OperatorConfig:
             topic_list_cache_seconds=_float("MAGNETAR_OPERATOR_TOPIC_LIST_CACHE_SECONDS", cls.topic_list_cache_seconds),
             cluster_poll=_float("MAGNETAR_OPERATOR_CLUSTER_POLL", cls.cluster_poll),
             api_request_timeout=_float("MAGNETAR_OPERATOR_API_REQUEST_TIMEOUT", cls.api_request_timeout),
+            timer_stop_poll=_float("MAGNETAR_OPERATOR_TIMER_STOP_POLL", cls.timer_stop_poll),
         )
 
     def inline_url_refusal(self, url: str) -> str | None:
