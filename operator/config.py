@@ -65,7 +65,7 @@ class OperatorConfig:
     #: kopf retries it; kopf's own default (300) could hold one resource's handlers that long
     api_request_timeout: float = 30.0
     #: seconds between kopf's checks of a deleted resource's drift timer that was mid-call when the deletion
-    #: came (its deletion handler and the finalizer's removal wait for it); kopf's own default is 60
+    #: came (the finalizer's removal waits for it to stop); kopf's own default is 60
     timer_stop_poll: float = 1.0
 
     @classmethod

@@ -155,8 +155,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.request_timeout = CONFIG.api_request_timeout
     settings.networking.connect_timeout = min(10.0, CONFIG.api_request_timeout)
     # A resource deleted while its drift timer is in an admin call: kopf waits a few loop cycles for the
-    # timer to stop, then looks again only after this polling period, and until then neither runs the
-    # deletion handler nor removes the finalizer (60 s with kopf's default).
+    # timer to stop, then looks again only after this polling period; the deletion handler runs, but the
+    # finalizer stays until then (60 s with kopf's default).
     settings.background.cancellation_polling = CONFIG.timer_stop_poll
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330

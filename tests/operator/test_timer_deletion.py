@@ -2,8 +2,8 @@
 
 kopf asks a resource's timers to stop when the resource is marked for deletion and waits a few event-loop
 cycles for them. A timer in the middle of an admin call does not stop that fast, and kopf then looks again
-only after ``settings.background.cancellation_polling`` (60 s by default): the deletion, and the removal of
-the finalizer, waited that long (the 60 s operator-loop flake of earlier CI runs). Here every admin call
+only after ``settings.background.cancellation_polling`` (60 s by default): the deletion handler ran, but
+the finalizer stayed that long (the 60 s operator-loop flake of earlier CI runs). Here every admin call
 goes through a proxy that answers 1.5 s late, so with a 0.3 s drift interval the timer is nearly always in
 a call; the deletion is made while one is in flight.
 
