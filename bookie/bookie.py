@@ -74,6 +74,7 @@ class Bookie(CallbackAdds):
             group_max_bytes=config.journal_group_max_bytes,
             max_wait_s=config.journal_max_wait_s,
             add_timeout_s=config.add_timeout_s,
+            reuse_files=config.journal_reuse_files,
         )
         self.storage = LedgerStorage(
             config.ledger_dir,  # type: ignore[arg-type]

@@ -25,8 +25,12 @@ class BookieConfig:
     #: Entry log + index directory (defaults to ``data_dir/ledgers``).
     ledger_dir: Path | None = None
 
-    #: Size of a journal file; files are pre-written with zeros and rotated when full.
+    #: Size of a journal file; rotated when full. All of a file is allocated before records go in.
     journal_file_size: int = 64 * MiB
+    #: Journal files the checkpoint has made obsolete that are kept (``<seq>.free``) and reused as the
+    #: next files (BookKeeper: ``journalReuseFiles``) instead of pre-writing new ones with zeros, which
+    #: writes as many bytes as the records do. 0: delete them and always pre-write (the old behaviour).
+    journal_reuse_files: int = 4
     #: A group commit takes at most about this many bytes (one write + one fdatasync).
     journal_group_max_bytes: int = 512 * KiB
     #: Extra time the journal writer waits for more adds after waking up from idle (0 = natural
@@ -102,6 +106,8 @@ class BookieConfig:
             raise ValueError("entry_log_size must be between 1 byte and 4 GiB")
         if self.journal_file_size < 4 * KiB:
             raise ValueError("journal_file_size must be at least 4 KiB")
+        if self.journal_reuse_files < 0:
+            raise ValueError("journal_reuse_files must be >= 0")
         for name in ("minor_compaction_threshold", "major_compaction_threshold"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1)")

@@ -6,13 +6,23 @@ it with one ``pwrite``, calls ``fdatasync`` once and then resolves the whole gro
 single ``loop.call_soon_threadsafe``. While it syncs, new adds pile up into the next group, so the
 group size adapts to the load by itself ("natural batching").
 
-File layout: ``<seq:016x>.journal``, pre-written with zeros to ``file_size`` (overwriting allocated
-blocks makes fdatasync cheaper than appending or fallocate), a 16-byte header, then records::
+File layout: ``<seq:016x>.journal`` of ``file_size`` bytes, all of them allocated before the first
+record is written (overwriting allocated blocks makes fdatasync cheaper than appending or fallocate):
+a 16-byte header (magic, format version, seq), then records::
 
     crc32c u32 | length u32 | type u8 | ledger_id i64 | entry_id i64 | lac i64 | data[length]
 
 The CRC covers everything after itself. Replay stops at the first record that is zero, truncated
 or fails its CRC: that is the torn tail of a write that was never acknowledged.
+
+A new file is an obsolete one reused (renamed, header rewritten: BookKeeper's ``journalReuseFiles``)
+or, when none is free, a fresh one pre-written with zeros, which costs as much write bandwidth as the
+records themselves. A reused file still holds the old records after the new ones, so since format
+version 2 each record's CRC is seeded with the CRC of its file's header: an old record fails it, and
+replay stops at the new records' end as it stops at zeros. Version 1 files (CRC seed 0) still replay.
+
+A record never spans files. The event loop, which computes the CRCs, decides where each file ends:
+it cuts the open group at the boundary and marks the next group as the first of the next file.
 """
 
 from __future__ import annotations
@@ -59,6 +69,10 @@ _ZEROS = bytes(1 << 20)
 _INLINE_MAX = 4096
 _IOV_MAX = 1024
 _SUFFIX = ".journal"
+#: An obsolete journal file kept to be reused as a future one (never replayed).
+_FREE_SUFFIX = ".free"
+#: Format version written; version 1 records have CRC seed 0.
+_VERSION = 2
 
 
 #: Told the outcome of one record: ``None`` once it is durable, else the error.
@@ -68,6 +82,8 @@ class _Group(NamedTuple):
     parts: list[bytes | bytearray]
     size: int
     waiters: list[Waiter]
+    #: The group starts the next journal file (the writer rotates before writing it).
+    new_file: bool
 
 
 class JournalPosition(NamedTuple):
@@ -85,6 +101,15 @@ class JournalRecord(NamedTuple):
     entry_id: int
     lac: int
     data: bytes
+
+
+def _file_header(seq: int, version: int = _VERSION) -> bytes:
+    return _FILE_HDR.pack(_FILE_MAGIC, version, seq)
+
+
+def _crc_seed(seq: int, version: int = _VERSION) -> int:
+    """The CRC every record of file ``seq`` starts from: stale records of a reused file fail it."""
+    return 0 if version == 1 else crc32c(_file_header(seq, version))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -123,6 +148,7 @@ class Journal:
         max_wait_s: float = 0.0,
         add_timeout_s: float = 30.0,
         sync_data: bool = True,
+        reuse_files: int = 4,
     ) -> None:
         self.directory = Path(directory)
         #: fdatasync each group before resolving its adds (BookKeeper's journalSyncData). False leaves
@@ -132,6 +158,11 @@ class Journal:
         self.group_max_bytes = group_max_bytes
         self.max_wait_s = max_wait_s
         self.add_timeout_s = add_timeout_s
+        #: Obsolete files kept (as ``.free``) to be reused instead of pre-writing new ones; 0 deletes them.
+        self.reuse_files = reuse_files
+        #: Journal files made by reusing an obsolete one, and by pre-writing zeros (tests, stats).
+        self.files_reused = 0
+        self.files_zeroed = 0
         #: Total bytes written since start (drives checkpoints).
         self.bytes_written = 0
         #: Group commits done (one write + one fdatasync each) and the biggest one, for tests and stats.
@@ -148,7 +179,13 @@ class Journal:
         self._parts: list[bytes | bytearray] = [self._tail]
         self._size_queued = 0
         self._futs: list[Waiter] = []
+        self._new_file = False
         self._sealed: collections.deque[_Group] = collections.deque()
+        # Where the next queued record will be written (file seq, offset, that file's CRC seed), kept
+        # under the lock by the appenders; the writer follows the groups' new_file marks.
+        self._q_seq = 0
+        self._q_off = 0
+        self._q_seed = 0
         self._idle = False
         self._stopping = False
         self._failed: BaseException | None = None
@@ -165,6 +202,8 @@ class Journal:
         self._synced = JournalPosition(0, 0)
         self._prealloc = ThreadPoolExecutor(1, thread_name_prefix="journal-prealloc")
         self._next_file: ThreadFuture[tuple[int, int]] | None = None
+        # Serialises taking and adding ``.free`` files (preallocation thread vs checkpoint thread).
+        self._free_lock = threading.Lock()
 
     # ---------------------------------------------------------------- replay (before start)
 
@@ -180,15 +219,15 @@ class Journal:
             data = path.read_bytes()
             if len(data) < _FILE_HDR.size:
                 continue
-            magic, _version, hdr_seq = _FILE_HDR.unpack_from(data, 0)
-            if magic != _FILE_MAGIC or hdr_seq != seq:
+            magic, version, hdr_seq = _FILE_HDR.unpack_from(data, 0)
+            if magic != _FILE_MAGIC or hdr_seq != seq or version not in (1, _VERSION):
                 log.warning("journal file %s has a bad header; skipped", path)
                 continue
             pos = start.offset if start is not None and seq == start.seq else _FILE_HDR.size
-            yield from self._replay_file(path, data, max(pos, _FILE_HDR.size))
+            yield from self._replay_file(path, data, max(pos, _FILE_HDR.size), _crc_seed(seq, version))
 
     @staticmethod
-    def _replay_file(path: Path, data: bytes, pos: int) -> Iterator[JournalRecord]:
+    def _replay_file(path: Path, data: bytes, pos: int, seed: int) -> Iterator[JournalRecord]:
         mv = memoryview(data)
         end = len(data)
         count = 0
@@ -198,7 +237,7 @@ class Journal:
             stop = pos + REC_HEADER_SIZE + length
             if rtype not in _VALID_TYPES or stop > end:
                 break
-            if crc32c(mv[pos + 4 : stop]) != crc:
+            if crc32c(mv[pos + 4 : stop], seed) != crc:
                 log.info("journal %s: torn or corrupt record at offset %d ignored", path.name, pos)
                 break
             yield JournalRecord(rtype, ledger_id, entry_id, lac, bytes(mv[pos + REC_HEADER_SIZE : stop]))
@@ -209,22 +248,59 @@ class Journal:
     # ---------------------------------------------------------------- files
 
     def _create_file(self, seq: int, size: int) -> int:
-        """Create ``seq``'s file pre-written with zeros; returns an fd open for writing."""
+        """Make ``seq``'s file (a free one reused, else pre-written with zeros); returns an fd open for writing."""
         path = self.directory / f"{seq:016x}{_SUFFIX}"
         tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, _FILE_HDR.pack(_FILE_MAGIC, 1, seq))
-            left = size - _FILE_HDR.size
-            while left > 0:
-                left -= os.write(fd, memoryview(_ZEROS)[: min(left, len(_ZEROS))])
-            os.fsync(fd)
+            fd = self._reuse_free_file(tmp, seq, size)
+        except OSError as e:  # a free file is a saving, never a reason to fail: pre-write a new one
+            log.warning("journal: reusing a free file failed (%r); writing a new one", e)
+            fd = None
+        if fd is None:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, _file_header(seq))
+                left = size - _FILE_HDR.size
+                while left > 0:
+                    left -= os.write(fd, memoryview(_ZEROS)[: min(left, len(_ZEROS))])
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.files_zeroed += 1
+        try:
             os.rename(tmp, path)
             _fsync_dir(self.directory)
         except BaseException:
             os.close(fd)
             raise
         return fd
+
+    def _reuse_free_file(self, tmp: Path, seq: int, size: int) -> int | None:
+        """Take the oldest ``.free`` file of ``size`` bytes as ``tmp`` with ``seq``'s header (durable);
+        returns its fd, or None when there is none (a crash leaves ``tmp``, which replay deletes)."""
+        while True:
+            with self._free_lock:
+                free = sorted(self.directory.glob(f"*{_FREE_SUFFIX}"))
+                if not free:
+                    return None
+                os.rename(free[0], tmp)
+            fd = os.open(tmp, os.O_RDWR)
+            try:
+                if os.fstat(fd).st_size != size:  # made under another journal_file_size
+                    os.close(fd)
+                    tmp.unlink()
+                    continue
+                os.pwrite(fd, _file_header(seq), 0)
+                os.fdatasync(fd)
+                # Writes not aligned to pages read a page that is not cached before changing it, on the
+                # writer's path: start reading the file in now (nothing to do when it is still cached).
+                os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.files_reused += 1
+            return fd
 
     def _prepare_next(self) -> None:
         seq = self._seq + 1
@@ -245,34 +321,49 @@ class Journal:
         self._size = self.file_size
         self._off = _FILE_HDR.size
         self._synced = JournalPosition(self._seq, self._off)
+        self._q_seq, self._q_off, self._q_seed = self._seq, self._off, _crc_seed(self._seq)
         self._prepare_next()
 
-    def _rotate(self, need: int) -> None:
+    def _rotate(self) -> None:
         assert self._next_file is not None
         fd, size = self._next_file.result(timeout=self.add_timeout_s)
         os.close(self._fd)
         self._seq += 1
         self._fd, self._size, self._off = fd, size, _FILE_HDR.size
-        if need + _FILE_HDR.size > size:
-            # A group bigger than a whole file: extend this one (rare: huge entries, tiny files).
-            new_size = need + _FILE_HDR.size
-            pos = size
-            while pos < new_size:
-                pos += os.pwrite(fd, memoryview(_ZEROS)[: min(new_size - pos, len(_ZEROS))], pos)
-            os.fsync(fd)
-            self._size = new_size
         self._prepare_next()
 
+    def _extend(self, end: int) -> None:
+        """A record bigger than a whole file: allocate the file up to ``end`` (rare: huge entries, tiny files)."""
+        pos = self._size
+        while pos < end:
+            pos += os.pwrite(self._fd, memoryview(_ZEROS)[: min(end - pos, len(_ZEROS))], pos)
+        os.fsync(self._fd)
+        self._size = end
+
     def delete_before(self, seq: int) -> int:
-        """Delete journal files wholly before file ``seq`` (blocking); returns how many."""
+        """Let go of journal files wholly before file ``seq`` (blocking): up to ``reuse_files`` are kept as
+        ``.free`` files for reuse, the rest deleted. Returns how many files were let go."""
         n = 0
         for s, path in _journal_files(self.directory):
             if s < seq and s < self._seq:
-                path.unlink(missing_ok=True)
+                if not self._keep_free(path):
+                    path.unlink(missing_ok=True)
                 n += 1
         if n:
             _fsync_dir(self.directory)
         return n
+
+    def _keep_free(self, path: Path) -> bool:
+        with self._free_lock:
+            if len(list(self.directory.glob(f"*{_FREE_SUFFIX}"))) >= self.reuse_files:
+                return False
+            try:
+                if path.stat().st_size != self.file_size:
+                    return False
+                os.rename(path, path.with_suffix(_FREE_SUFFIX))
+            except FileNotFoundError:
+                return False
+        return True
 
     @property
     def synced_position(self) -> JournalPosition:
@@ -325,20 +416,29 @@ class Journal:
         if self._failed is not None or self._stopping:
             raise BookieUnavailableError(f"journal is not writable: {self._failed or 'closing'}")
         pack_tail, pack_crc = _REC_TAIL.pack, _CRC.pack
+        file_size = self.file_size
         with self._lock:
-            buf = self._tail
+            buf, seed, off = self._tail, self._q_seed, self._q_off
             size = 0
             for entry_id, head, data in zip(entry_ids, heads, datas, strict=True):
                 n = len(data)
                 tail = pack_tail(len(head) + n, rtype, ledger_id, entry_id, lac) + head
-                buf += pack_crc(crc32c(data, crc32c(tail)))
+                rec = _CRC.size + len(tail) + n
+                if off + rec > file_size and off > _FILE_HDR.size:  # (a fresh file takes any record)
+                    self._size_queued += size
+                    size = 0
+                    self._start_next_file()
+                    buf, seed, off = self._tail, self._q_seed, _FILE_HDR.size
+                buf += pack_crc(crc32c(data, crc32c(tail, seed)))
                 buf += tail
                 if n < _INLINE_MAX:
                     buf += data
                 else:
                     buf = self._tail = bytearray()
                     self._parts += (data, buf)
-                size += _CRC.size + len(tail) + n
+                size += rec
+                off += rec
+            self._q_off = off
             self._size_queued += size
             self._futs.append(done)
             if self._size_queued >= self.group_max_bytes:
@@ -350,10 +450,19 @@ class Journal:
 
     def _cut(self) -> _Group:
         """Close the open group and start the next one (caller holds the lock)."""
-        group = _Group(self._parts, self._size_queued, self._futs)
+        group = _Group(self._parts, self._size_queued, self._futs, self._new_file)
         self._tail = bytearray()
-        self._parts, self._size_queued, self._futs = [self._tail], 0, []
+        self._parts, self._size_queued, self._futs, self._new_file = [self._tail], 0, [], False
         return group
+
+    def _start_next_file(self) -> None:
+        """Queue the next records into the next file (caller holds the lock)."""
+        if self._size_queued or self._futs:
+            self._sealed.append(self._cut())
+        self._q_seq += 1
+        self._q_off = _FILE_HDR.size
+        self._q_seed = _crc_seed(self._q_seq)
+        self._new_file = True
 
     def _take(self) -> _Group | None:
         with self._lock:
@@ -379,10 +488,10 @@ class Journal:
                     if self.max_wait_s > 0:
                         time.sleep(self.max_wait_s)  # let a few more adds join this group
                     continue
-                parts, size, futs = group
+                futs = group.waiters
                 self._inflight = (time.monotonic(), futs)
                 try:
-                    self._write(parts, size)
+                    self._write(group)
                 except BaseException as e:
                     log.exception("journal write failed; the bookie stops accepting adds")
                     self._failed = e
@@ -396,9 +505,12 @@ class Journal:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_set_done, self._thread_done)
 
-    def _write(self, parts: list[bytes | bytearray], n: int) -> None:
+    def _write(self, group: _Group) -> None:
+        parts, n = group.parts, group.size
+        if group.new_file:
+            self._rotate()
         if self._off + n > self._size:
-            self._rotate(n)
+            self._extend(self._off + n)
         fd, off = self._fd, self._off
         pos = off
         for i in range(0, len(parts), _IOV_MAX):

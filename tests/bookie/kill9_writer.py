@@ -2,8 +2,9 @@
 
     python kill9_writer.py DATA_DIR
 
-Prints ``ACK <ledger> <entry>`` after each add is acknowledged (so after its fdatasync), and
-``FENCED <ledger>`` once the fence of ledger 3 is durable; then keeps writing until killed.
+Prints ``ACK <ledger> <entry>`` after each add is acknowledged (so after its fdatasync),
+``FENCED <ledger>`` once the fence of ledger 3 is durable, and ``REUSED <n>`` whenever the journal has
+made a new file by reusing an obsolete one; then keeps writing until killed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ async def main(data_dir: Path) -> None:
             for e, fut in zip(range(eid, eid + 8), futs, strict=True):
                 await fut
                 out.write(f"ACK {ledger_id} {e}\n")
+            out.write(f"REUSED {bookie.journal.files_reused}\n")
             out.flush()
             eid += 8
 

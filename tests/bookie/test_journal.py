@@ -227,3 +227,121 @@ async def test_journal_sync_data_false_writes_without_fdatasync(
     await asyncio.wait_for(on.append(REC_ADD, 1, 0, -1, b"s"), 10)
     assert syncs >= 1  # the default still syncs
     await on.close()
+
+
+def _inodes(directory: Path, suffix: str, below: int | None = None) -> dict[int, Path]:
+    """Inode -> file of the journal directory's files ending in ``suffix`` (with a seq below ``below``)."""
+    files = directory.glob(f"*{suffix}")
+    return {f.stat().st_ino: f for f in files if below is None or int(f.stem, 16) < below}
+
+
+def _seq_file(directory: Path, seq: int) -> Path:
+    return directory / f"{seq:016x}.journal"
+
+
+async def _fill_until_reused(j: Journal, tmp_path: Path, first: int, freed: set[int]) -> tuple[int, Path]:
+    """Append 100-byte records from entry ``first`` on until the journal writes a few into a file whose inode
+    is one of ``freed``; returns the last entry id and that file."""
+    eid = first
+    while eid < first + 2000:
+        await j.append(REC_ADD, 1, eid, -1, b"n" * 100)
+        now = _seq_file(tmp_path, j.synced_position.seq)
+        by_inode = {f: i for i, f in _inodes(tmp_path, ".journal").items()}
+        if by_inode.get(now) in freed and j.synced_position.offset > 16 + 3 * (REC_HEADER_SIZE + 100):
+            return eid, now
+        eid += 1
+    raise AssertionError("no obsolete journal file was reused")
+
+
+@pytest.mark.parametrize("damage", [None, "flip"])
+async def test_a_reused_file_replays_its_new_records_and_not_its_old_ones(tmp_path: Path, damage: str | None) -> None:
+    """An obsolete file is renamed and written again from the start: its old records (same sizes, so at the
+    same offsets, with intact CRCs of their own) follow the new ones and must not come back on replay."""
+    j = await start_journal(tmp_path, file_size=8192, group_max_bytes=1024)
+    for i in range(300):
+        await j.append(REC_ADD, 1, i, -1, b"o" * 100)
+    mark = j.synced_position
+    old = set(_inodes(tmp_path, ".journal", below=mark.seq))
+    zeroed = j.files_zeroed
+    assert j.delete_before(mark.seq) == len(old) >= 2
+    assert set(_inodes(tmp_path, ".free")) == old
+    last, reused = await _fill_until_reused(j, tmp_path, 300, old)
+    await j.close()
+    assert j.files_reused >= 1 and j.files_zeroed == zeroed  # no file was pre-written with zeros meanwhile
+    end = j.synced_position.offset
+    assert reused.read_bytes()[end : end + REC_HEADER_SIZE + 100].endswith(b"o" * 100)  # an old record follows
+    if damage:  # a torn last write: replay ends before it, not in the old records after it
+        raw = bytearray(reused.read_bytes())
+        raw[end - 50] ^= 0xFF
+        reused.write_bytes(bytes(raw))
+        last -= 1
+    again = Journal(tmp_path, file_size=8192, group_max_bytes=1024)
+    recs = list(again.replay(mark))
+    assert [r.entry_id for r in recs] == list(range(300, last + 1))
+    assert {r.data for r in recs} == {b"n" * 100}
+
+
+async def test_obsolete_files_are_deleted_beyond_reuse_files(tmp_path: Path) -> None:
+    j = await start_journal(tmp_path, file_size=8192, group_max_bytes=1024, reuse_files=1)
+    for i in range(300):
+        await j.append(REC_ADD, 1, i, -1, b"o" * 100)
+    mark = j.synced_position
+    assert j.delete_before(mark.seq) >= 2
+    assert len(_inodes(tmp_path, ".free")) == 1
+    await j.close()
+    off = await start_journal(tmp_path / "off", file_size=8192, group_max_bytes=1024, reuse_files=0)
+    for i in range(300):
+        await off.append(REC_ADD, 1, i, -1, b"o" * 100)
+    assert off.delete_before(off.synced_position.seq) >= 2
+    for i in range(300, 500):
+        await off.append(REC_ADD, 1, i, -1, b"o" * 100)
+    await off.close()
+    assert not _inodes(tmp_path / "off", ".free") and off.files_reused == 0
+
+
+async def test_a_free_file_of_another_size_is_dropped_not_reused(tmp_path: Path) -> None:
+    (tmp_path / "0000000000000001.free").write_bytes(bytes(4096))  # from a run with another journal_file_size
+    j = await start_journal(tmp_path, file_size=8192, group_max_bytes=1024)
+    for i in range(100):
+        await j.append(REC_ADD, 1, i, -1, b"o" * 100)
+    await j.close()
+    assert j.files_reused == 0 and not _inodes(tmp_path, ".free")
+    assert [r[2] for r in replayed(tmp_path)] == list(range(100))
+
+
+def test_format_version_1_files_still_replay(tmp_path: Path) -> None:
+    """Files written before records were seeded with their file's header CRC (version 1: seed 0)."""
+    import struct
+
+    from crc32c import crc32c
+
+    raw = bytearray(struct.pack("<4sIQ", b"MGJ1", 1, 5))
+    for eid in range(3):
+        data = bytes([eid]) * 40
+        tail = struct.pack("<IBqqq", len(data), REC_ADD, 9, eid, eid - 1)
+        raw += struct.pack("<I", crc32c(data, crc32c(tail))) + tail + data
+    raw += bytes(4096)
+    (tmp_path / "0000000000000005.journal").write_bytes(bytes(raw))
+    assert replayed(tmp_path) == [(REC_ADD, 9, e, e - 1, bytes([e]) * 40) for e in range(3)]
+
+
+async def test_a_free_file_that_cannot_be_reused_falls_back_to_a_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "posix_fadvise", refuse)
+    j = await start_journal(tmp_path, file_size=8192, group_max_bytes=1024)
+    for i in range(300):
+        await j.append(REC_ADD, 1, i, -1, b"o" * 100)
+    mark = j.synced_position
+    zeroed = j.files_zeroed
+    assert j.delete_before(mark.seq) >= 2
+    for i in range(300, 600):
+        await j.append(REC_ADD, 1, i, -1, b"n" * 100)
+    await j.close()
+    assert j.files_reused == 0 and j.files_zeroed > zeroed
+    assert [r.entry_id for r in Journal(tmp_path, file_size=8192, group_max_bytes=1024).replay(mark)] == list(
+        range(300, 600)
+    )

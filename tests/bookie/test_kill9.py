@@ -19,8 +19,9 @@ from magnetar.bookie.bookie import Bookie
 HERE = Path(__file__).parent
 
 
-def run_and_kill(data_dir: Path) -> tuple[dict[int, int], bool, str]:
-    """Run the writer, SIGKILL it mid-stream; returns last acked entry per ledger, fenced, stderr."""
+def run_and_kill(data_dir: Path) -> tuple[dict[int, int], bool, int, str]:
+    """Run the writer, SIGKILL it mid-stream; returns last acked entry per ledger, fenced, journal files
+    reused, stderr."""
     # No empty entry: it would put the working directory (the repo root) on sys.path.
     paths = [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
@@ -32,6 +33,7 @@ def run_and_kill(data_dir: Path) -> tuple[dict[int, int], bool, str]:
     )
     acked: dict[int, int] = {1: -1, 2: -1}
     fenced = False
+    reused = 0
     deadline = time.monotonic() + 30
     run_until = time.monotonic() + 1.0
     try:
@@ -50,6 +52,8 @@ def run_and_kill(data_dir: Path) -> tuple[dict[int, int], bool, str]:
                 acked[lid] = eid
             elif kind == b"FENCED":
                 fenced = True
+            elif kind == b"REUSED":
+                reused = int(rest[0])
         proc.send_signal(signal.SIGKILL)
         # Whatever the child printed before dying was acknowledged too.
         for line in proc.stdout.read().splitlines():
@@ -60,14 +64,16 @@ def run_and_kill(data_dir: Path) -> tuple[dict[int, int], bool, str]:
         proc.kill()
         proc.wait(10)
     assert proc.stderr is not None
-    return acked, fenced, proc.stderr.read().decode(errors="replace")[-3000:]
+    return acked, fenced, reused, proc.stderr.read().decode(errors="replace")[-3000:]
 
 
 @pytest.mark.slow
 async def test_kill9_keeps_every_acknowledged_entry(tmp_path: Path) -> None:
     data_dir = tmp_path / "bookie"
-    acked, fenced, stderr = await asyncio.to_thread(run_and_kill, data_dir)
+    acked, fenced, reused, stderr = await asyncio.to_thread(run_and_kill, data_dir)
     assert fenced and min(acked.values()) >= 3000, stderr
+    # The journal was writing into reused files (their old records still behind the new ones).
+    assert reused >= 1, stderr
 
     bookie = Bookie(small_config(data_dir))
     await bookie.start()
