@@ -295,7 +295,9 @@ class Journal:
                 os.fdatasync(fd)
                 # Writes not aligned to pages read a page that is not cached before changing it, on the
                 # writer's path: start reading the file in now (nothing to do when it is still cached).
-                os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+                # Advice only: a filesystem that refuses it still gets the file reused.
+                with contextlib.suppress(OSError):
+                    os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
             except BaseException:
                 os.close(fd)
                 raise
