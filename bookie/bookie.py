@@ -73,6 +73,7 @@ class Bookie(CallbackAdds):
             file_size=config.journal_file_size,
             group_max_bytes=config.journal_group_max_bytes,
             max_wait_s=config.journal_max_wait_s,
+            adaptive_wait=config.journal_adaptive_wait,
             add_timeout_s=config.add_timeout_s,
             reuse_files=config.journal_reuse_files,
         )

@@ -33,9 +33,13 @@ class BookieConfig:
     journal_reuse_files: int = 4
     #: A group commit takes at most about this many bytes (one write + one fdatasync).
     journal_group_max_bytes: int = 512 * KiB
-    #: Extra time the journal writer waits for more adds after waking up from idle (0 = natural
-    #: batching only: the next group starts as soon as the previous fdatasync returns).
-    journal_max_wait_s: float = 0.0
+    #: How long an add that finds the journal writer idle waits for more adds to join its group commit
+    #: (BookKeeper: ``journalMaxGroupWaitMSec``, 1 ms in Pulsar's bookkeeper.conf). 0: natural batching
+    #: only, the next group starts as soon as the previous fdatasync returns.
+    journal_max_wait_s: float = 0.001
+    #: Wait only while waits gather more adds (adds arriving a few hundred µs apart), and not for a lone
+    #: producer that waits for each receipt before its next send (BookKeeper always waits: False).
+    journal_adaptive_wait: bool = True
     #: Adds whose journal write has not completed after this long fail with BookieUnavailableError.
     add_timeout_s: float = 30.0
 

@@ -351,3 +351,49 @@ async def test_a_free_file_that_cannot_be_reused_falls_back_to_a_new_one(
     assert [r.entry_id for r in Journal(tmp_path, file_size=8192, group_max_bytes=1024).replay(mark)] == list(
         range(300, 600)
     )
+
+
+async def test_adds_arriving_apart_wait_for_each_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adds ~0.3 ms apart (a paced producer): each would be its own group commit; the group wait gathers
+    them. fdatasync is a no-op here so that only the wait, not a slow disk, can group them."""
+    monkeypatch.setattr(os, "fdatasync", lambda fd: None)
+
+    async def paced(**kw: object) -> Journal:
+        j = await start_journal(tmp_path / str(kw), **kw)
+        futs = []
+        for i in range(300):
+            futs.append(j.append(REC_ADD, 1, i, -1, b"p" * 100))
+            await asyncio.sleep(0.0003)
+        await asyncio.wait_for(asyncio.gather(*futs), 20)
+        await j.close()
+        return j
+
+    waited = await paced(max_wait_s=0.002)
+    assert waited.waits >= 10 and waited.waits_joined >= waited.waits // 2
+    alone = await paced(max_wait_s=0.0)
+    assert alone.waits == 0
+    assert waited.groups_written * 2 <= alone.groups_written, (waited.groups_written, alone.groups_written)
+
+
+async def test_a_producer_waiting_for_each_receipt_is_not_held_by_the_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Request/response: the next add comes only after the previous one is durable, so a wait gathers
+    nothing. The adaptive wait stops after its first fruitless try; an unconditional one (BookKeeper's)
+    would hold every add for the whole wait."""
+    monkeypatch.setattr(os, "fdatasync", lambda fd: None)
+    loop = asyncio.get_running_loop()
+
+    async def sequential(n: int, **kw: object) -> tuple[Journal, float]:
+        j = await start_journal(tmp_path / str(kw), **kw)
+        start = loop.time()
+        for i in range(n):
+            await asyncio.wait_for(j.append(REC_ADD, 1, i, -1, b"s" * 100), 10)
+        elapsed = loop.time() - start
+        await j.close()
+        return j, elapsed
+
+    adaptive, elapsed = await sequential(200, max_wait_s=0.005)
+    assert adaptive.waits <= 2 and elapsed < 0.5, (adaptive.waits, elapsed)
+    always, elapsed = await sequential(50, max_wait_s=0.005, adaptive_wait=False)
+    assert always.waits >= 49 and elapsed >= 50 * 0.005
