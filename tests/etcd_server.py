@@ -12,18 +12,13 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 def find_etcd_binary() -> str | None:

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy import tools
+from tests.ports import free_port
 
 DOCKERFILE = tools.ROOT / "Dockerfile"
 DOCKERIGNORE = tools.ROOT / ".dockerignore"
@@ -316,12 +317,6 @@ def image_extras() -> list[str]:
 
 
 # ------------------------------------------------------------------------------ default command + HEALTHCHECK
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_healthcheck(url: str) -> int:
     (healthcheck,) = final("HEALTHCHECK")
     argv = json.loads(healthcheck.args.partition("CMD ")[2])

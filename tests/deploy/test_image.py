@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,17 +17,12 @@ from pathlib import Path
 import pytest
 
 from tests.harness.podman import Podman, build_image, podman_available
+from tests.ports import free_port
 
 pytestmark = [
     pytest.mark.skipif(not podman_available(), reason="podman, runc and mmdebstrap are needed"),
     pytest.mark.timeout(1500),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +48,7 @@ def test_image_runs_as_non_root_with_the_magnetar_entry_point(image: str, podman
 
 
 def test_standalone_inside_official_client_outside(image: str, podman: Podman) -> None:
-    port, http = _free_port(), _free_port()
+    port, http = free_port(), free_port()
     name = f"{podman.owner}-standalone"
     # Same port inside and out: the broker advertises 127.0.0.1:<port>, which the client then uses.
     podman.run("run", "-d", "--name", name, "--label", f"harness={podman.owner}",
