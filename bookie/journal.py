@@ -117,6 +117,13 @@ def _crc_seed(seq: int, version: int = _VERSION) -> int:
     return 0 if version == 1 else crc32c(_file_header(seq, version))
 
 
+def _write_zeros(fd: int, pos: int, end: int) -> None:
+    """Allocate ``[pos, end)`` of ``fd`` by writing zeros, durably."""
+    while pos < end:
+        pos += os.pwrite(fd, memoryview(_ZEROS)[: min(end - pos, len(_ZEROS))], pos)
+    os.fsync(fd)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -275,10 +282,7 @@ class Journal:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.write(fd, _file_header(seq))
-                left = size - _FILE_HDR.size
-                while left > 0:
-                    left -= os.write(fd, memoryview(_ZEROS)[: min(left, len(_ZEROS))])
-                os.fsync(fd)
+                _write_zeros(fd, _FILE_HDR.size, size)
             except BaseException:
                 os.close(fd)
                 raise
@@ -351,10 +355,7 @@ class Journal:
 
     def _extend(self, end: int) -> None:
         """A record bigger than a whole file: allocate the file up to ``end`` (rare: huge entries, tiny files)."""
-        pos = self._size
-        while pos < end:
-            pos += os.pwrite(self._fd, memoryview(_ZEROS)[: min(end - pos, len(_ZEROS))], pos)
-        os.fsync(self._fd)
+        _write_zeros(self._fd, self._size, end)
         self._size = end
 
     def delete_before(self, seq: int) -> int:

@@ -344,6 +344,22 @@ class BrokerConfig:
     journal_directory: str = _setting("", "Bookie journal directory (empty: `<dataDir>/bookie/journal`).")
     ledger_directories: str = _setting("", "Bookie entry-log directories (empty: `<dataDir>/bookie/ledgers`).")
     journal_sync_data: bool = _setting(True, "fdatasync the journal before acknowledging an add.")
+    journal_max_group_wait_ms: float = _setting(
+        1.0,
+        "How long an add that finds the journal writer idle waits for others to share its fdatasync (0: never; "
+        "Pulsar's bookkeeper.conf also sets 1).",
+        "journalMaxGroupWaitMSec",
+    )
+    journal_adaptive_group_wait: bool = _setting(
+        True,
+        "Wait only while such waits gather more adds, so a producer awaiting each receipt is never held (false: "
+        "always wait, as BookKeeper does; Magnetar's own).",
+    )
+    journal_reuse_files: int = _setting(
+        4,
+        "Obsolete journal files kept to be reused instead of pre-writing new ones with zeros (0: delete them).",
+        "journalReuseFiles",
+    )
     db_storage_write_cache_max_size_mb: int = _setting(
         16,
         "Write cache of the standalone's bookie, MiB of memory (entries' bytes and ~160 bytes of bookkeeping "

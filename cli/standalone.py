@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from magnetar.cli.logs import setup_logging
 from magnetar.cli.node import (
@@ -19,14 +20,32 @@ from magnetar.cli.node import (
 )
 from magnetar.cli.process import run_event_loop
 
+if TYPE_CHECKING:
+    from magnetar.bookie.config import BookieConfig
+    from magnetar.broker.config import BrokerConfig
+
 log = logging.getLogger("magnetar.standalone")
+
+
+def bookie_config(config: BrokerConfig, data: Path) -> BookieConfig:
+    """The in-process bookie's settings, from the broker's (Pulsar's names for the bookie's settings)."""
+    from magnetar.bookie.config import BookieConfig
+
+    return BookieConfig(
+        data_dir=data / "bookie",
+        journal_dir=Path(config.journal_directory) if config.journal_directory else None,
+        ledger_dir=Path(config.ledger_directories) if config.ledger_directories else None,
+        write_cache_max_bytes=config.db_storage_write_cache_max_size_mb * 1024 * 1024,
+        journal_max_wait_s=config.journal_max_group_wait_ms / 1000,
+        journal_adaptive_wait=config.journal_adaptive_group_wait,
+        journal_reuse_files=config.journal_reuse_files,
+    )
 
 
 async def start_standalone(node: BrokerNode) -> None:
     """Embedded metadata store and an in-process bookie under the broker; first start creates the
     ``standalone`` cluster, tenant ``public`` and namespace ``public/default``."""
     from magnetar.bookie.bookie import Bookie
-    from magnetar.bookie.config import BookieConfig
     from magnetar.bookie.gc import LedgerGarbageCollector
     from magnetar.bookie.local import LocalBookieClient
     from magnetar.broker.listeners import (
@@ -47,14 +66,7 @@ async def start_standalone(node: BrokerNode) -> None:
     await store.start()
     node.on_close(store.close)
 
-    bookie = Bookie(
-        BookieConfig(
-            data_dir=data / "bookie",
-            journal_dir=Path(config.journal_directory) if config.journal_directory else None,
-            ledger_dir=Path(config.ledger_directories) if config.ledger_directories else None,
-            write_cache_max_bytes=config.db_storage_write_cache_max_size_mb * 1024 * 1024,
-        )
-    )
+    bookie = Bookie(bookie_config(config, data))
     bookie.journal.sync_data = config.journal_sync_data
     await bookie.start()
     node.on_close(bookie.close)

@@ -146,3 +146,17 @@ def test_settings_named_in_megabytes_keep_pulsars_spelling(pulsar: str, field: s
     config = BrokerConfig()
     assert config.apply({pulsar[:-2] + "Mb": "9"}) == []
     assert getattr(config, field) == 9
+
+
+def test_the_standalone_bookie_takes_the_journal_settings(tmp_path: Path) -> None:
+    """journalMaxGroupWaitMSec, journalAdaptiveGroupWait and journalReuseFiles reach the in-process bookie
+    (0 / false / 0: the journal as it was before the group wait and file reuse)."""
+    from magnetar.cli.standalone import bookie_config
+
+    default = bookie_config(BrokerConfig(), tmp_path)
+    assert (default.journal_max_wait_s, default.journal_adaptive_wait, default.journal_reuse_files) == (0.001, True, 4)
+    config = load_config(
+        None, {"journalMaxGroupWaitMSec": "0", "journalAdaptiveGroupWait": "false", "journalReuseFiles": "0"}, env={}
+    )
+    old = bookie_config(config, tmp_path)
+    assert (old.journal_max_wait_s, old.journal_adaptive_wait, old.journal_reuse_files) == (0.0, False, 0)
