@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pulsar
@@ -20,6 +21,34 @@ import pulsar
 from benchmarks.bench.procfs import CpuTimes, free_port, tree_cpu_seconds
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def parse_cpus(text: str) -> frozenset[int]:
+    """A CPU list as ``taskset -c`` takes it (``0``, ``0,2``, ``1-3``); raises ValueError."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        first, last = int(lo), int(hi or lo)
+        if first < 0 or last < first:
+            raise ValueError(f"bad CPU range {part!r}")
+        cpus.update(range(first, last + 1))
+    if not cpus:
+        raise ValueError("empty CPU list")
+    return frozenset(cpus)
+
+
+@contextlib.contextmanager
+def cpu_affinity(cpus: frozenset[int] | None) -> Iterator[None]:
+    """Run the calling thread on ``cpus`` inside the block (a process it starts there inherits them)."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 class Broker:
@@ -70,7 +99,10 @@ class ManagedBroker(Broker):
 
     def __init__(self, workdir: Path) -> None:
         super().__init__()
-        self.workdir = workdir
+        self.base_workdir = self.workdir = workdir
+        self.starts = 0
+        #: CPUs the broker process (all its threads) may run on; None: wherever the kernel likes.
+        self.cpus: frozenset[int] | None = None
         self.port = free_port()
         self.http_port = free_port()
         self.service_url = f"pulsar://127.0.0.1:{self.port}"
@@ -86,16 +118,25 @@ class ManagedBroker(Broker):
         return None
 
     def start(self) -> None:
-        """Launch the process and wait until a client can publish through it."""
+        """Launch the process and wait until a client can publish through it.
+
+        A second start (the next round of ``--repeat``) is a fresh broker: new data directory, new ports."""
+        self.starts += 1
+        if self.starts > 1:
+            self.workdir = self.base_workdir / f"round{self.starts}"
+            self.port, self.http_port = free_port(), free_port()
+            self.service_url = f"pulsar://127.0.0.1:{self.port}"
+            self.log_path = self.workdir / "broker.log"
         self.workdir.mkdir(parents=True, exist_ok=True)
         argv = self.command()
         with open(self.log_path, "ab") as log:
             log.write(f"$ {shlex.join(argv)}\n".encode())
             log.flush()
             # Own session: Ctrl-C reaches only this script, which then stops the broker in order.
-            self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True, env=self.env()
-            )
+            with cpu_affinity(self.cpus):  # the child inherits it, and so do all the threads it makes
+                self.proc = subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True, env=self.env()
+                )
         self.pid = self.proc.pid
         deadline = time.monotonic() + self.ready_timeout
         while True:

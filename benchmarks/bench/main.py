@@ -19,10 +19,27 @@ from pathlib import Path
 from typing import Any
 
 import benchmarks.bench
-from benchmarks.bench.brokers import Broker, ExternalBroker, MagnetarBroker, PulsarLiteBroker, pkg_version
+from benchmarks.bench.brokers import (
+    Broker,
+    ExternalBroker,
+    MagnetarBroker,
+    ManagedBroker,
+    PulsarLiteBroker,
+    parse_cpus,
+    pkg_version,
+)
 from benchmarks.bench.memory import MIB, SAMPLE_INTERVAL, RssSampler, rss_summary
 from benchmarks.bench.procfs import is_loopback, listening_addresses, tree_rss_bytes
-from benchmarks.bench.report import design_checks, fmt, format_checks, format_ratios, format_table, ratios
+from benchmarks.bench.report import (
+    design_checks,
+    fmt,
+    format_checks,
+    format_peer_checks,
+    format_ratios,
+    format_table,
+    peer_checks,
+    ratios,
+)
 from benchmarks.bench.results import Params, ScenarioResult, TargetResult
 from benchmarks.bench.scenarios import Bench, scenario_plan
 from benchmarks.bench.workers import LATENCY_HEADER
@@ -79,7 +96,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run magnetar with journalSyncData=false (no fdatasync per group commit), for a like-for-like "
         "CPU comparison with pulsar-lite, which does not fsync; durability is then not Pulsar's",
     )
-    return ap.parse_args(argv)
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the scenarios N times (with --interleave: N rounds of side-by-side pairs); the ratio table "
+        "then gives the median of the rounds' ratios and their range",
+    )
+    ap.add_argument(
+        "--broker-cpus",
+        metavar="LIST",
+        help="run the brokers on these CPUs (taskset syntax, e.g. 0) and the clients on all the others, as when "
+        "clients run on other machines: on a small machine clients and broker otherwise take each other's cores",
+    )
+    args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    if args.broker_cpus is not None:
+        if args.service_url:
+            ap.error("--broker-cpus applies to brokers this script starts, not to --service-url")
+        try:
+            args.broker_cpus = parse_cpus(args.broker_cpus)
+        except ValueError as exc:
+            ap.error(f"--broker-cpus: {exc}")
+        usable = os.sched_getaffinity(0)
+        if not args.broker_cpus <= usable or not usable - args.broker_cpus:
+            ap.error(f"--broker-cpus must leave a CPU for the clients among {sorted(usable)}")
+    return args
 
 
 def build_params(args: argparse.Namespace) -> Params:
@@ -135,29 +179,34 @@ class TargetRun:
         return tree_rss_bytes(pid) if pid else None
 
     def start(self) -> None:
-        """Start the broker, check where it listens, measure its idle CPU."""
+        """Start the broker, check where it listens, measure its idle CPU (on the first start only)."""
         b, tr = self.broker, self.result
+        if tr.error:
+            return
         try:
             t0 = time.monotonic()
             print(f"[{b.name}] starting ...", flush=True)
             b.start()
-            tr.startup_s = time.monotonic() - t0
-            tr.pid, tr.version = b.pid, b.version()
+            first = tr.startup_s is None
+            if first:
+                tr.startup_s = time.monotonic() - t0
+            tr.pid, tr.version, tr.service_url = b.pid, b.version(), b.service_url
             if b.pid:
                 tr.listening = listening_addresses(b.pid)
                 wide = [a for a in tr.listening if not is_loopback(a)]
                 if wide:
                     print(f"[{b.name}] WARNING: listening beyond loopback: {wide}", flush=True)
-            tr.idle_broker_cores = self.bench.idle_cores()
-            idle = self.rss_bytes()
-            tr.idle_rss_mib = idle / MIB if idle else None
+            if first:
+                tr.idle_broker_cores = self.bench.idle_cores()
+                idle = self.rss_bytes()
+                tr.idle_rss_mib = idle / MIB if idle else None
         except Exception as exc:
             tr.pid, tr.error = b.pid, f"{exc}"
             print(f"[{b.name}] FAILED: {exc}", flush=True)
             b.stop()
 
-    def run(self, name: str, runner: Callable[[Bench], ScenarioResult]) -> None:
-        """Run one scenario; its failure is recorded and does not stop the others."""
+    def run(self, name: str, runner: Callable[[Bench], ScenarioResult], rnd: int = 1) -> None:
+        """Run one scenario (its ``rnd``-th time); its failure is recorded and does not stop the others."""
         b, tr = self.broker, self.result
         if tr.error:
             return
@@ -165,7 +214,8 @@ class TargetRun:
             tr.error = f"broker died before {name}\n{b.log_tail()}"
             print(f"[{b.name}] FAILED: {tr.error}", flush=True)
             return
-        print(f"[{b.name}] {name} ...", flush=True)
+        print(f"[{b.name}] {name}{f' #{rnd}' if rnd > 1 else ''} ...", flush=True)
+        self.bench.round = rnd
         sampler = RssSampler(self.rss_bytes, self.sampler_interval)
         sampler.start()
         try:
@@ -174,6 +224,7 @@ class TargetRun:
             r = ScenarioResult(name, "?", 0, False, error=str(exc) or repr(exc))
         finally:
             samples = sampler.stop()
+        r.round = rnd
         self._record_rss(r, samples)
         tr.scenarios.append(r)
         if r.error:
@@ -219,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
 
+    cpus_line = "cpus: broker and clients share them all"
+    if args.broker_cpus:
+        # This process and every client worker it starts stay off the brokers' CPUs.
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - args.broker_cpus)
+        cpus_line = f"cpus: brokers on {_cpu_list(args.broker_cpus)}, clients on {_cpu_list(os.sched_getaffinity(0))}"
+
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="magnetar-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     header = [
@@ -226,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         f"started: {time.strftime('%Y-%m-%d %H:%M:%S %z')}  host: {platform.node()}  cpus: {os.cpu_count()}  "
         f"loadavg: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         f"python {platform.python_version()}  pulsar-client {pkg_version('pulsar-client')}  workdir: {workdir}",
+        cpus_line,
         f"params: {json.dumps(asdict(params))}",
         f"scenarios: {', '.join(n for n, _ in plan)}",
     ]
@@ -238,33 +296,40 @@ def main(argv: list[str] | None = None) -> int:
         names = ["magnetar", "pulsar-lite"] if args.target == "both" else [args.target]
         brokers = []
         for n in names:
+            managed: ManagedBroker
             if n == "magnetar":
-                brokers.append(
-                    MagnetarBroker(
-                        workdir / "magnetar", args.magnetar_cmd, args.magnetar_args, not args.magnetar_no_fsync
-                    )
+                managed = MagnetarBroker(
+                    workdir / "magnetar", args.magnetar_cmd, args.magnetar_args, not args.magnetar_no_fsync
                 )
             else:
-                brokers.append(PulsarLiteBroker(workdir / "pulsar-lite", args.pulsar_lite_bin))
+                managed = PulsarLiteBroker(workdir / "pulsar-lite", args.pulsar_lite_bin)
+            managed.cpus = args.broker_cpus
+            brokers.append(managed)
 
     runs = [TargetRun(b, params, run_id) for b in brokers]
     results = [r.result for r in runs]
     interrupted = False
     try:
+        # Each round starts its brokers afresh (new data, new ports): a round is a run of its own, and a broker
+        # is not left to carry one round's backlogs (or a wedged state) into the next.
         if args.interleave:
             # Both brokers up at once; each scenario runs on one, then the other, so that load from
             # outside (other sessions on the shared cores) hits both sides of a ratio alike.
-            for r in runs:
-                r.start()
-            for name, runner in plan:
+            for rnd in range(1, args.repeat + 1):
                 for r in runs:
-                    r.run(name, runner)
+                    r.start()
+                for name, runner in plan:
+                    for r in runs:
+                        r.run(name, runner, rnd)
+                for r in runs:
+                    r.stop()
         else:
             for r in runs:
-                r.start()
-                for name, runner in plan:
-                    r.run(name, runner)
-                r.stop()
+                for rnd in range(1, args.repeat + 1):
+                    r.start()
+                    for name, runner in plan:
+                        r.run(name, runner, rnd)
+                    r.stop()
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping brokers", flush=True)
@@ -293,11 +358,20 @@ def main(argv: list[str] | None = None) -> int:
     if "magnetar" in by_name and "pulsar-lite" in by_name:
         rows = ratios(by_name["magnetar"], by_name["pulsar-lite"])
         print(format_ratios("magnetar", "pulsar-lite", rows))
-        report["ratios"] = {"numerator": "magnetar", "denominator": "pulsar-lite", "rows": rows}
+        checks = peer_checks(rows, by_name["magnetar"])
+        print(format_peer_checks("magnetar", "pulsar-lite", checks))
+        report["ratios"] = {"numerator": "magnetar", "denominator": "pulsar-lite", "rows": rows, "targets": checks}
     print(f"\ncommand: {command}")
-    print("note: 2 shared, noisy cores; clients and broker compete for them. Compare ratios within one run.")
+    if args.broker_cpus:
+        print(f"note: {cpus_line}; other load on the machine still shares them. Compare ratios within one run.")
+    else:
+        print("note: 2 shared, noisy cores; clients and broker compete for them. Compare ratios within one run.")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"json: {args.json}")
     failed = interrupted or any(t.error or any(r.error for r in t.scenarios) for t in results)
     return 1 if failed else 0
+
+
+def _cpu_list(cpus: frozenset[int] | set[int]) -> str:
+    return ",".join(map(str, sorted(cpus)))

@@ -67,6 +67,13 @@ class ScenarioResult:
     rss_samples: int | None = None
     note: str = ""
     error: str | None = None
+    #: Which repetition of the plan this row belongs to (``--repeat``), from 1.
+    round: int = 1
+
+    @property
+    def label(self) -> str:
+        """The scenario's name, with ``#<round>`` from the second round on."""
+        return self.name if self.round == 1 else f"{self.name}#{self.round}"
 
 
 @dataclass

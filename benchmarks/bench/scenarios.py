@@ -148,11 +148,14 @@ class Bench:
         self.broker = broker
         self.p = params
         self.run_id = run_id
+        #: The repetition running (``--repeat``): later rounds get topics of their own.
+        self.round = 1
         self.batch = (params.batch_max_messages, params.batch_max_bytes, params.batch_max_delay_ms)
 
     def topic(self, name: str, domain: str = "persistent") -> str:
-        """A fresh topic per scenario so that no scenario sees another's data."""
-        return f"{domain}://{self.p.namespace}/bench-{name}-{self.run_id}"
+        """A fresh topic per scenario and round so that no scenario sees another's data."""
+        suffix = f"-{self.round}" if self.round > 1 else ""
+        return f"{domain}://{self.p.namespace}/bench-{name}-{self.run_id}{suffix}"
 
     def publish(self, name: str, size: int, batched: bool, duration: float) -> ScenarioResult:
         """Publish throughput with ``producers`` processes on one topic."""
