@@ -42,6 +42,12 @@ def test_rounds_pair_side_by_side_and_give_the_median_ratio_and_its_range() -> N
         TargetResult("b", scenarios=[_row("publish-100B", 1, 10.0)]),
     )
     assert one[0]["msgs_per_broker_cpu_s"] == 0.8 and "range" not in format_ratios("a", "b", one)
+    # Rows keep the plan's order even when a scenario's first round has no pair.
+    a.scenarios.insert(0, _row("consume-100B", 1, 5.0))
+    a.scenarios.insert(1, _row("fanout-100B", 1, 5.0))
+    a.scenarios.append(_row("consume-100B", 2, 5.0))
+    b.scenarios += [_row("consume-100B", 1, 5.0, error="boom"), _row("consume-100B", 2, 5.0)]
+    assert [r["scenario"] for r in ratios(a, b)] == ["consume-100B", "publish-100B"]
     # Each round's row keeps its own line in the target's table.
     assert "publish-100B#2" in format_table(a) and "publish-100B#3" in format_table(a)
 

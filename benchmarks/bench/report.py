@@ -172,12 +172,14 @@ def ratios(a: TargetResult, b: TargetResult) -> list[dict[str, Any]]:
     by_round = {(r.name, r.round): r for r in b.scenarios if not r.error}
     pairs: dict[str, list[dict[str, Any]]] = {}
     for ra in a.scenarios:
+        per = pairs.setdefault(ra.name, [])  # rows in the plan's order, even when a round's pair failed
         rb = by_round.get((ra.name, ra.round))
-        if ra.error or rb is None:
-            continue
-        pairs.setdefault(ra.name, []).append(_pair_ratios(ra, rb))
+        if not ra.error and rb is not None:
+            per.append(_pair_ratios(ra, rb))
     rows: list[dict[str, Any]] = []
     for name, per in pairs.items():
+        if not per:
+            continue
         row: dict[str, Any] = {"scenario": name}
         for key in RATIO_FIELDS:
             row[key] = median([p[key] for p in per if p[key] is not None])
