@@ -58,30 +58,21 @@ def test_targets_against_the_peer() -> None:
         r.round, r.latency_ms = rnd, {"p50": 1.0, "p99": p99}
         return r
 
-    a = TargetResult(
-        "magnetar",
-        scenarios=[
-            _row("publish-100B", 1, 8.0),
-            _row("publish-batched-100B", 1, 9.9),
-            lat(20_000, 1, 25.0, 19_900.0),
-            lat(20_000, 2, 15.0, 20_000.0),
-            lat(20_000, 3, 18.0, 20_000.0),
-            lat(2000, 1, 10.5, 2000.0),
-        ],
-        rss_median_mib=150.0,
-        rss_samples=10,
-    )
-    b = TargetResult(
-        "pulsar-lite",
-        scenarios=[
-            _row("publish-100B", 1, 10.0),
-            _row("publish-batched-100B", 1, 10.0),
-            *(lat(20_000, n, 9.0, 20_000.0) for n in (1, 2, 3)),
-            lat(2000, 1, 1.0, 2000.0),
-        ],
-        rss_median_mib=100.0,
-        rss_samples=10,
-    )
+    def target(
+        name: str,
+        cpu: tuple[float, float],
+        p99s: tuple[float, ...],
+        rates: tuple[float, ...],
+        p99_2000: float,
+        rss: float,
+    ) -> TargetResult:
+        rows = [_row("publish-100B", 1, cpu[0]), _row("publish-batched-100B", 1, cpu[1])]
+        rows += [lat(20_000, n, p99, rate) for n, (p99, rate) in enumerate(zip(p99s, rates, strict=True), 1)]
+        rows.append(lat(2000, 1, p99_2000, 2000.0))
+        return TargetResult(name, scenarios=rows, rss_median_mib=rss, rss_samples=10)
+
+    a = target("magnetar", (8.0, 9.9), (25.0, 15.0, 18.0), (19_900.0, 20_000.0, 20_000.0), 10.5, 150.0)
+    b = target("pulsar-lite", (10.0, 10.0), (9.0, 9.0, 9.0), (20_000.0,) * 3, 1.0, 100.0)
     checks = {c["scenario"] + " " + c["target"]: c for c in peer_checks(ratios(a, b), a)}
     assert checks["publish-100B msg/brkCPU-s >= 0.8x the peer's"]["pass"]  # exactly 0.8
     assert not checks["publish-batched-100B msg/brkCPU-s >= 1x the peer's"]["pass"]  # 0.99

@@ -99,15 +99,20 @@ class ManagedBroker(Broker):
 
     def __init__(self, workdir: Path) -> None:
         super().__init__()
-        self.base_workdir = self.workdir = workdir
+        self.base_workdir = workdir
         self.starts = 0
         #: CPUs the broker process (all its threads) may run on; None: wherever the kernel likes.
         self.cpus: frozenset[int] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._place(workdir)
+
+    def _place(self, workdir: Path) -> None:
+        """Where the next start keeps its data and log, and the free ports it listens on."""
+        self.workdir = workdir
+        self.log_path = workdir / "broker.log"
         self.port = free_port()
         self.http_port = free_port()
         self.service_url = f"pulsar://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = workdir / "broker.log"
 
     def command(self) -> list[str]:
         """The argv that starts the broker."""
@@ -123,10 +128,7 @@ class ManagedBroker(Broker):
         A second start (the next round of ``--repeat``) is a fresh broker: new data directory, new ports."""
         self.starts += 1
         if self.starts > 1:
-            self.workdir = self.base_workdir / f"round{self.starts}"
-            self.port, self.http_port = free_port(), free_port()
-            self.service_url = f"pulsar://127.0.0.1:{self.port}"
-            self.log_path = self.workdir / "broker.log"
+            self._place(self.base_workdir / f"round{self.starts}")
         self.workdir.mkdir(parents=True, exist_ok=True)
         argv = self.command()
         with open(self.log_path, "ab") as log:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from benchmarks.bench.results import ScenarioResult, TargetResult
@@ -155,11 +156,7 @@ def _pair_ratios(ra: ScenarioResult, rb: ScenarioResult) -> dict[str, Any]:
 
 def median(values: list[float]) -> float | None:
     """The median (mean of the middle two for an even count), None for no values."""
-    if not values:
-        return None
-    v = sorted(values)
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+    return statistics.median(values) if values else None
 
 
 def ratios(a: TargetResult, b: TargetResult) -> list[dict[str, Any]]:
