@@ -40,7 +40,8 @@ from .throttle import AddThrottle, HeldGroup, consume
 
 log = logging.getLogger(__name__)
 
-_CHECK_TICK_S = 0.25
+#: The checkpoint loop's shortest sleep: how soon a due job that could not run (a failed checkpoint) is retried.
+_RETRY_S = 0.25
 _FREE_SPACE_EVERY_S = 10.0
 #: What an entry costs in a read reply besides its data (entry id + length on the wire).
 _READ_ENTRY_OVERHEAD = 12
@@ -111,6 +112,8 @@ class Bookie(CallbackAdds):
         self._dir_lock = DirLock()
         #: How often free disk space is compared with ``min_free_bytes`` (the networked bookie shortens it).
         self.free_space_check_interval_s = _FREE_SPACE_EVERY_S
+        #: Rounds of the checkpoint loop: one per due job or wake-up, none while idle (for tests and tools).
+        self.checkpoint_loop_rounds = 0
 
     @property
     def address(self) -> str:
@@ -355,7 +358,7 @@ class Bookie(CallbackAdds):
             st.last_entry = last
         self._cache_bytes += grown
         if self._cache_bytes >= self._cache_max:
-            self._ckpt_wake.set()  # checkpoint now rather than at the next tick
+            self._ckpt_wake.set()  # checkpoint now rather than when the interval is up
         return stored
 
     def _release_throttled(self) -> None:
@@ -563,8 +566,9 @@ class Bookie(CallbackAdds):
         """Runs on the loop when the flush thread finishes, even if the waiter timed out."""
         self._flushing = None
         self._last_checkpoint = time.monotonic()
-        if self._throttled or self._cache_bytes >= self._cache_max:
-            self._ckpt_wake.set()  # held-back adds get room when the next checkpoint swaps the cache
+        # The checkpoint loop sleeps until its next job and leaves checkpoints and compaction out while a flush
+        # runs: it learns here that they can run again (a full cache or held-back adds want one now).
+        self._ckpt_wake.set()
         if fut.cancelled() or fut.exception() is not None:
             exc = None if fut.cancelled() else fut.exception()
             if not self._storage_failed:
@@ -626,12 +630,13 @@ class Bookie(CallbackAdds):
                 return
 
     async def _checkpoint_loop(self) -> None:
+        """Checkpoint every ``checkpoint_interval_s`` or as soon as the write cache is full, check free space and
+        compact when due. Between jobs it sleeps until the next one is due or :attr:`_ckpt_wake` is set, so an
+        idle bookie costs a wake-up per job, not one per polling tick."""
         cfg = self.config
         last_space_check = 0.0
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ckpt_wake.wait(), _CHECK_TICK_S)
-            self._ckpt_wake.clear()
+            self.checkpoint_loop_rounds += 1
             now = time.monotonic()
             if now - last_space_check >= self.free_space_check_interval_s:
                 last_space_check = now
@@ -651,6 +656,26 @@ class Bookie(CallbackAdds):
                     log.warning("compaction skipped: %s", e)
                 except Exception:
                     log.exception("compaction failed")
+            delay = max(self._next_job_at(last_space_check) - time.monotonic(), _RETRY_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._ckpt_wake.wait()
+            self._ckpt_wake.clear()
+
+    def _next_job_at(self, last_space_check: float) -> float:
+        """When the checkpoint loop next has work: the free-space check, and unless a flush is still running
+        (its end wakes the loop), the checkpoint and, while adds are not held back, compaction."""
+        cfg = self.config
+        at = last_space_check + self.free_space_check_interval_s
+        if self._flushing is None:
+            at = min(at, self._last_checkpoint + cfg.checkpoint_interval_s)
+            if not self._throttled:
+                at = min(
+                    at,
+                    self._last_compaction[True] + cfg.major_compaction_interval_s,
+                    self._last_compaction[False] + cfg.minor_compaction_interval_s,
+                )
+        return at
 
     async def _check_free_space(self) -> None:
         dirs = {self.config.journal_dir, self.config.ledger_dir}

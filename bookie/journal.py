@@ -501,10 +501,7 @@ class Journal:
                 if group is None:
                     if self._stopping:
                         break
-                    try:
-                        self._wake.get(timeout=0.5)
-                    except queue.Empty:
-                        continue
+                    self._wake.get()  # an add to an idle writer and close() put here: no polling while idle
                     if self._should_wait():
                         time.sleep(self.max_wait_s)  # let a few more adds join this group
                         self._waited = True
