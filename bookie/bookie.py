@@ -491,14 +491,23 @@ class Bookie(CallbackAdds):
         """Flush the write cache to the entry log, persist the index, delete old journals."""
         if self._ckpt_executor is None:
             return
-        try:
-            await asyncio.wait_for(self._ckpt_lock.acquire(), self.config.checkpoint_timeout_s)
-        except TimeoutError as e:
-            raise BookieError("checkpoint lock wait timed out") from e
+        await self._acquire_ckpt_lock()
         try:
             await self._checkpoint_locked()
         finally:
             self._ckpt_lock.release()
+
+    async def _acquire_ckpt_lock(self) -> None:
+        """Take the checkpoint lock within ``checkpoint_timeout_s``.
+
+        This and the other waits of the checkpoint loop's jobs use ``asyncio.timeout``, not ``wait_for``: on
+        Python 3.11 ``wait_for`` returns the result of an inner future that completed as the task was cancelled,
+        so the cancellation is lost, the loop sleeps on and ``close()`` waits out its grace period."""
+        try:
+            async with asyncio.timeout(self.config.checkpoint_timeout_s):
+                await self._ckpt_lock.acquire()
+        except TimeoutError as e:
+            raise BookieError("checkpoint lock wait timed out") from e
 
     async def _checkpoint_locked(self) -> None:
         if self._flushing is not None:
@@ -523,7 +532,8 @@ class Bookie(CallbackAdds):
         fut = self._flush_fut = loop.run_in_executor(self._ckpt_executor, self._flush, snapshot, states, deleted, mark)
         fut.add_done_callback(lambda f: self._flush_done(f, snapshot, dirty, deleted, mark))
         try:
-            await asyncio.wait_for(asyncio.shield(fut), self.config.checkpoint_timeout_s)
+            async with asyncio.timeout(self.config.checkpoint_timeout_s):
+                await asyncio.shield(fut)
         except TimeoutError as e:
             raise BookieError("checkpoint timed out") from e
         except OSError as e:
@@ -603,16 +613,14 @@ class Bookie(CallbackAdds):
         threshold = cfg.major_compaction_threshold if major else cfg.minor_compaction_threshold
         if self._ckpt_executor is None or threshold <= 0:
             return []
-        try:
-            await asyncio.wait_for(self._ckpt_lock.acquire(), cfg.checkpoint_timeout_s)
-        except TimeoutError as e:
-            raise BookieError("checkpoint lock wait timed out") from e
+        await self._acquire_ckpt_lock()
         try:
             if self._flushing is not None:
                 raise BookieError("a checkpoint is still running")
             fut = self._loop.run_in_executor(self._ckpt_executor, self.storage.compact, threshold)  # type: ignore[union-attr]
             try:
-                return await asyncio.wait_for(asyncio.shield(fut), cfg.compaction_timeout_s)
+                async with asyncio.timeout(cfg.compaction_timeout_s):
+                    return await asyncio.shield(fut)
             except TimeoutError as e:
                 raise BookieError("compaction timed out") from e
             except OSError as e:
@@ -680,10 +688,8 @@ class Bookie(CallbackAdds):
     async def _check_free_space(self) -> None:
         dirs = {self.config.journal_dir, self.config.ledger_dir}
         try:
-            free = await asyncio.wait_for(
-                asyncio.to_thread(lambda: min(shutil.disk_usage(d).free for d in dirs)),  # type: ignore[arg-type]
-                self.config.read_timeout_s,
-            )
+            async with asyncio.timeout(self.config.read_timeout_s):
+                free = await asyncio.to_thread(lambda: min(shutil.disk_usage(d).free for d in dirs))  # type: ignore[arg-type]
         except (OSError, TimeoutError) as e:
             log.warning("free space check failed: %s", e)
             return
