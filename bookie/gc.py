@@ -58,7 +58,9 @@ class LedgerGarbageCollector:
         while True:
             await asyncio.sleep(self.interval_s)
             try:
-                await asyncio.wait_for(self.collect_once(), self.timeout_s)
+                # asyncio.timeout, not wait_for: 3.11's wait_for loses a cancellation that meets the pass's end.
+                async with asyncio.timeout(self.timeout_s):
+                    await self.collect_once()
             except (MetadataError, BookieError, TimeoutError) as e:
                 log.warning("bookie ledger GC skipped: %r", e)
             except Exception:  # keep collecting: the next run may succeed

@@ -113,3 +113,35 @@ async def test_gc_task_runs_periodically_and_stops_on_close(make_bookie, store) 
         await asyncio.sleep(0.05)
     await gc.close()
     assert b.ledger_ids() == [1] and gc.runs >= 1
+
+
+async def test_gc_close_meeting_the_end_of_a_pass_stops_the_loop(make_bookie, store) -> None:  # type: ignore[no-untyped-def]
+    """close() cancels the loop right as a pass completes: the moment Python 3.11's wait_for loses a
+    cancellation (the loop then slept on and close() waited out its 5 s grace)."""
+    manager = LedgerManager(store, "/ledgers")
+    await manager.create(1, _md())
+    b = await make_bookie(gc_wait_time_s=0.01)
+    await add_many(b, 1, 10)
+    gc = LedgerGarbageCollector(b, store)
+    closing: list[asyncio.Task[None]] = []
+    real_children = store.get_children
+
+    async def closing_get_children(path: str) -> list[str]:
+        names = await real_children(path)  # the pass's last wait: ledger 1 is both here and listed
+        if not closing:
+            closing.append(asyncio.create_task(gc.close()))
+        return names
+
+    store.get_children = closing_get_children  # type: ignore[method-assign]
+    try:
+        gc.start()
+        for _ in range(200):
+            if closing:
+                break
+            await asyncio.sleep(0.01)
+        assert closing, "no GC pass listed the ledgers"
+        t0 = asyncio.get_running_loop().time()
+        await asyncio.wait_for(closing[0], 30)
+        assert asyncio.get_running_loop().time() - t0 < 2.0
+    finally:
+        store.get_children = real_children  # type: ignore[method-assign]
