@@ -35,6 +35,7 @@ from .config import BookieConfig
 from .dirlock import DirLock
 from .index import LedgerState
 from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
+from .schedule import PeriodicJobs
 from .storage import CachedEntries, LedgerStorage, WriteCache
 from .throttle import AddThrottle, HeldGroup, consume
 
@@ -96,9 +97,8 @@ class Bookie(CallbackAdds):
         self._dirty: set[int] = set()
         self._pending_deletes: set[int] = set()
         self._last_mark: JournalPosition | None = None
-        self._last_checkpoint = time.monotonic()
-        #: When the last (major, minor) compaction ran.
-        self._last_compaction = {False: self._last_checkpoint, True: self._last_checkpoint}
+        #: When checkpoints, free-space checks and compactions are due.
+        self.jobs = PeriodicJobs(config, _FREE_SPACE_EVERY_S, time.monotonic())
         self._ckpt_lock = asyncio.Lock()
         self._tasks = TaskSet(f"bookie {self.address}")
         self._ckpt_wake = asyncio.Event()
@@ -110,8 +110,6 @@ class Bookie(CallbackAdds):
         self._read_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._dir_lock = DirLock()
-        #: How often free disk space is compared with ``min_free_bytes`` (the networked bookie shortens it).
-        self.free_space_check_interval_s = _FREE_SPACE_EVERY_S
         #: Rounds of the checkpoint loop: one per due job or wake-up, none while idle (for tests and tools).
         self.checkpoint_loop_rounds = 0
 
@@ -166,8 +164,7 @@ class Bookie(CallbackAdds):
             self._dir_lock.release()
             raise
         self.journal.start(loop)
-        self._last_checkpoint = time.monotonic()
-        self._last_compaction = {False: self._last_checkpoint, True: self._last_checkpoint}
+        self.jobs.restart(time.monotonic())
         self._tasks.spawn(self._checkpoint_loop(), name=f"bookie-checkpoint-{self.address}")
         self.status = BookieStatus.RUNNING
         self._accepting = True
@@ -515,7 +512,7 @@ class Bookie(CallbackAdds):
         mark = self.journal.synced_position
         snapshot = self._cache
         if not snapshot and not self._dirty and not self._pending_deletes and mark == self._last_mark:
-            self._last_checkpoint = time.monotonic()
+            self.jobs.last_checkpoint = time.monotonic()
             return
         self._cache = {}
         self._cache_bytes = 0
@@ -575,7 +572,7 @@ class Bookie(CallbackAdds):
     ) -> None:
         """Runs on the loop when the flush thread finishes, even if the waiter timed out."""
         self._flushing = None
-        self._last_checkpoint = time.monotonic()
+        self.jobs.last_checkpoint = time.monotonic()
         # The checkpoint loop sleeps until its next job and leaves checkpoints and compaction out while a flush
         # runs: it learns here that they can run again (a full cache or held-back adds want one now).
         self._ckpt_wake.set()
@@ -628,62 +625,37 @@ class Bookie(CallbackAdds):
         finally:
             self._ckpt_lock.release()
 
-    async def _maybe_compact(self, now: float) -> None:
-        cfg = self.config
-        for major, interval in ((True, cfg.major_compaction_interval_s), (False, cfg.minor_compaction_interval_s)):
-            if now - self._last_compaction[major] >= interval:
-                self._last_compaction[major] = now
-                self._last_compaction[False] = now  # a major one covers the minor one
-                await self.compact(major=major)
-                return
-
     async def _checkpoint_loop(self) -> None:
         """Checkpoint every ``checkpoint_interval_s`` or as soon as the write cache is full, check free space and
         compact when due. Between jobs it sleeps until the next one is due or :attr:`_ckpt_wake` is set, so an
         idle bookie costs a wake-up per job, not one per polling tick."""
-        cfg = self.config
-        last_space_check = 0.0
+        jobs = self.jobs
         while True:
             self.checkpoint_loop_rounds += 1
             now = time.monotonic()
-            if now - last_space_check >= self.free_space_check_interval_s:
-                last_space_check = now
+            if jobs.space_check_due(now):
                 await self._check_free_space()
-            due = now - self._last_checkpoint >= cfg.checkpoint_interval_s
-            if (due or self._cache_bytes >= cfg.write_cache_max_bytes) and self._flushing is None:
+            full = self._cache_bytes >= self.config.write_cache_max_bytes
+            if (full or jobs.checkpoint_due(now)) and self._flushing is None:
                 try:
                     await self.checkpoint()
                 except BookieError as e:
                     log.warning("checkpoint skipped: %s", e)
                 except Exception:  # keep checkpointing: the next attempt may succeed
                     log.exception("checkpoint failed")
-            elif self._flushing is None and not self._throttled:
+            elif self._flushing is None and not self._throttled and (major := jobs.compaction_due(now)) is not None:
                 try:
-                    await self._maybe_compact(now)
+                    await self.compact(major=major)
                 except BookieError as e:
                     log.warning("compaction skipped: %s", e)
                 except Exception:
                     log.exception("compaction failed")
-            delay = max(self._next_job_at(last_space_check) - time.monotonic(), _RETRY_S)
+            idle = self._flushing is None
+            at = jobs.next_due(checkpoint=idle, compaction=idle and not self._throttled)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
+                async with asyncio.timeout(max(at - time.monotonic(), _RETRY_S)):
                     await self._ckpt_wake.wait()
             self._ckpt_wake.clear()
-
-    def _next_job_at(self, last_space_check: float) -> float:
-        """When the checkpoint loop next has work: the free-space check, and unless a flush is still running
-        (its end wakes the loop), the checkpoint and, while adds are not held back, compaction."""
-        cfg = self.config
-        at = last_space_check + self.free_space_check_interval_s
-        if self._flushing is None:
-            at = min(at, self._last_checkpoint + cfg.checkpoint_interval_s)
-            if not self._throttled:
-                at = min(
-                    at,
-                    self._last_compaction[True] + cfg.major_compaction_interval_s,
-                    self._last_compaction[False] + cfg.minor_compaction_interval_s,
-                )
-        return at
 
     async def _check_free_space(self) -> None:
         dirs = {self.config.journal_dir, self.config.ledger_dir}

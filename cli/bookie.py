@@ -77,7 +77,7 @@ class BookieNode:
                 gc_wait_time_s=a.gc_wait_time,
             )
         )
-        bookie.free_space_check_interval_s = a.disk_check_interval
+        bookie.jobs.free_space_every_s = a.disk_check_interval
         await bookie.start()
         self._closers.add(bookie.close)
 
