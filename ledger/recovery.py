@@ -134,6 +134,9 @@ async def _first_decided(aws: list[Any], decide: Callable[[int, Any], tuple[bool
     finally:
         for t in pending:
             t.cancel()
+        for t in tasks:  # answers that came with the deciding one: read, or asyncio logs each as never retrieved
+            if t.done() and not t.cancelled():
+                t.exception()
 
 
 async def _fence(ctx: LedgerContext, ledger_id: int, md: LedgerMetadata, key: bytes) -> int:

@@ -145,6 +145,8 @@ class TopicLoad:
     sub_type: pulsar.ConsumerType
     dedup: bool
     acked: list[int] = field(default_factory=list)
+    #: Message id of each acknowledged send as the receipt gave it (a duplicate's is -1:-1), for failure reports.
+    acked_ids: dict[int, str] = field(default_factory=dict)
     ack_times: list[float] = field(default_factory=list)
     received: list[tuple[str, int]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -183,11 +185,12 @@ class Workload:
         i = 0
         while not self._stop.is_set():
             try:
-                producer.send(str(i).encode(), partition_key=f"k{i % self.KEYS}", sequence_id=i)
+                msg_id = producer.send(str(i).encode(), partition_key=f"k{i % self.KEYS}", sequence_id=i)
             except Exception as e:  # a send error: the message may or may not be stored; send the next
                 load.errors.append(f"{i}: {e}")
             else:
                 load.acked.append(i)
+                load.acked_ids[i] = str(msg_id)
                 load.ack_times.append(time.monotonic())
             i += 1
             time.sleep(0.01)
@@ -237,9 +240,14 @@ class Workload:
             for load in self.loads:
                 got = [i for _, i in load.received]
                 missing = sorted(set(load.acked) - set(got))
-                assert not missing, f"{load.topic}: {len(missing)} acknowledged messages lost, e.g. {missing[:10]}"
+                stored = _read_all(reader_client, load.topic) if load.dedup else []
+                # Stored but never delivered is a dispatch bug; not stored at all is a storage/dedup bug.
+                where = f"{len(set(missing) & set(stored))} of them stored, " if load.dedup else ""
+                ids = [load.acked_ids.get(i) for i in missing[:10]]
+                assert not missing, (
+                    f"{load.topic}: {len(missing)} acknowledged messages lost ({where}ids {ids}), e.g. {missing[:10]}"
+                )
                 if load.dedup:
-                    stored = _read_all(reader_client, load.topic)
                     dupes = [i for i, n in _counts(stored).items() if n > 1]
                     assert not dupes, f"{load.topic}: stored twice with dedup on: {dupes[:10]}"
                     assert set(load.acked) <= set(stored)

@@ -181,3 +181,27 @@ async def test_recovery_under_a_black_holed_bookie_is_fast(cluster: Cluster) -> 
     took = loop.time() - started
     assert r.last_add_confirmed == 199
     assert took < 2.0, f"recovery took {took:.1f}s: it waited for the black-holed bookie"
+
+
+async def test_answers_after_the_deciding_one_are_retrieved() -> None:
+    """Recovery reads every replica at once and stops at the first decisive answer; answers that completed
+    in the same loop iteration must not be logged as "Task exception was never retrieved" (one traceback
+    per replica and entry filled a broker's log at every hand-over)."""
+    import gc
+
+    from magnetar.bookie.api import BookieNoSuchEntryError
+    from magnetar.ledger.recovery import _first_decided
+
+    unretrieved: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+
+    async def absent(i: int) -> None:
+        raise BookieNoSuchEntryError(f"no entry 1:{i}")
+
+    for _ in range(5):
+        decided, _, _ = await _first_decided([absent(i) for i in range(3)], lambda _i, _r: (True, None))
+        assert decided
+    gc.collect()
+    await asyncio.sleep(0)
+    assert unretrieved == []
