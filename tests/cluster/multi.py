@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import os
 import threading
 import time
 import urllib.parse
@@ -100,7 +101,7 @@ class MultiCluster:
             self.service_url,
             operation_timeout_seconds=kwargs.pop("operation_timeout_seconds", 30),
             connection_timeout_ms=kwargs.pop("connection_timeout_ms", 2000),
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            logger=_client_logger(),
             **kwargs,
         )
 
@@ -135,6 +136,15 @@ class MultiCluster:
                 pass
             time.sleep(0.3)
         raise AssertionError(f"expected {count} registered brokers")
+
+
+def _client_logger() -> Any:
+    """Errors to the console; with ``MAGNETAR_TEST_CLIENT_LOG=<file>``, everything from INFO up to that file
+    (the C++ client's reconnects and subscribes, to tell a fail-over bug in the broker from one in the client)."""
+    path = os.environ.get("MAGNETAR_TEST_CLIENT_LOG")
+    if path:
+        return pulsar.FileLogger(pulsar.LoggerLevel.Info, path)
+    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
 @dataclass
