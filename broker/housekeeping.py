@@ -62,9 +62,9 @@ class Housekeeper:
         while True:
             await asyncio.sleep(interval)
             try:
-                await asyncio.wait_for(job(), timeout=max(interval, 30))
-            except asyncio.CancelledError:
-                raise
+                # asyncio.timeout, not wait_for: 3.11's wait_for loses a cancellation that meets the check's end.
+                async with asyncio.timeout(max(interval, 30)):
+                    await job()
             except Exception:
                 log.exception("%s check failed", name)
 
