@@ -145,13 +145,13 @@ def _try_producer(client: pulsar.Client, topic: str) -> bool:
 
 
 def test_backlog_quota_request_hold(node: StandaloneProcess, pclient: pulsar.Client, namespace: str) -> None:
-    _policy(node, namespace, "backlogQuota", {"limitSize": 2048, "policy": "producer_request_hold"})
     topic = f"persistent://{namespace}/quota-hold"
     pclient.subscribe(topic, "idle", initial_position=E).close()
     producer = pclient.create_producer(topic, batching_enabled=False)
-    for _ in range(40):
+    for _ in range(40):  # 4,000 bytes of backlog before the quota is set: a check cannot hold these sends
         producer.send(b"x" * 100)
-    time.sleep(1.5)
+    _policy(node, namespace, "backlogQuota", {"limitSize": 2048, "policy": "producer_request_hold"})
+    time.sleep(1.5)  # the quota check (every 0.5 s) finds the backlog over the quota
     with pytest.raises(pulsar.PulsarException):  # held until the client's operation timeout
         pclient.create_producer(topic)
 
