@@ -118,6 +118,10 @@ async def _first_decided(aws: list[Any], decide: Callable[[int, Any], tuple[bool
     """Run ``aws`` at once; after each completes (index, result or exception) ``decide`` says whether
     the answer is known. Returns ``(decided, answer, results so far)``; the rest are cancelled."""
     tasks = [asyncio.ensure_future(aw) for aw in aws]
+    for t in tasks:
+        # Answers after the deciding one are not looked at: read them, or asyncio logs each as never retrieved. A
+        # cancelled read can still end in one (3.11's wait_for turns a cancel that meets the reply into the reply).
+        t.add_done_callback(_retrieve)
     index = {t: i for i, t in enumerate(tasks)}
     results: list[Any] = [None] * len(tasks)
     pending = set(tasks)
@@ -134,9 +138,11 @@ async def _first_decided(aws: list[Any], decide: Callable[[int, Any], tuple[bool
     finally:
         for t in pending:
             t.cancel()
-        for t in tasks:  # answers that came with the deciding one: read, or asyncio logs each as never retrieved
-            if t.done() and not t.cancelled():
-                t.exception()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _fence(ctx: LedgerContext, ledger_id: int, md: LedgerMetadata, key: bytes) -> int:

@@ -193,15 +193,32 @@ async def test_answers_after_the_deciding_one_are_retrieved() -> None:
     from magnetar.ledger.recovery import _first_decided
 
     unretrieved: list[dict[str, object]] = []
-    loop = asyncio.get_running_loop()
-    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: unretrieved.append(context))
 
     async def absent(i: int) -> None:
         raise BookieNoSuchEntryError(f"no entry 1:{i}")
 
+    async def absent_later(answer: asyncio.Future[None]) -> None:
+        # As a replica read waits (wait_for): 3.11's wait_for turns the cancellation of an answered read into
+        # that answer, so a cancelled read can still end with an exception.
+        await asyncio.wait_for(answer, 10)
+
+    loop = asyncio.get_running_loop()
     for _ in range(5):
         decided, _, _ = await _first_decided([absent(i) for i in range(3)], lambda _i, _r: (True, None))
         assert decided
+        answers: list[asyncio.Future[None]] = [loop.create_future() for _ in range(3)]
+
+        def decide(_i: int, _r: object, answers: list[asyncio.Future[None]] = answers) -> tuple[bool, None]:
+            for i, a in enumerate(answers[1:], 1):  # the other replicas answer just as the first decides
+                a.set_exception(BookieNoSuchEntryError(f"no entry 1:{i}"))
+            return True, None
+
+        deciding = asyncio.ensure_future(_first_decided([absent_later(a) for a in answers], decide))
+        await asyncio.sleep(0)
+        answers[0].set_exception(BookieNoSuchEntryError("no entry 1:0"))
+        assert (await deciding)[0]
+        await asyncio.sleep(0.01)
     gc.collect()
     await asyncio.sleep(0)
     assert unretrieved == []
