@@ -139,9 +139,10 @@ class MultiCluster:
 
 
 def _client_logger() -> Any:
-    """Errors to the console; with ``MAGNETAR_TEST_CLIENT_LOG=<file>``, everything from INFO up to that file
-    (the C++ client's reconnects and subscribes, to tell a fail-over bug in the broker from one in the client)."""
-    path = os.environ.get("MAGNETAR_TEST_CLIENT_LOG")
+    """Errors to the console; with ``CLUSTER_TEST_CLIENT_LOG=<file>``, everything from INFO up to that file
+    (the C++ client's reconnects and subscribes, to tell a fail-over bug in the broker from one in the client).
+    Not a ``MAGNETAR_`` variable: the brokers the tests start read those as settings."""
+    path = os.environ.get("CLUSTER_TEST_CLIENT_LOG")
     if path:
         return pulsar.FileLogger(pulsar.LoggerLevel.Info, path)
     return pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
