@@ -72,7 +72,11 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.client_version = ""
         self.protocol_version = 0
         self.producers: dict[int, Producer] = {}
+        #: Producer ids whose PRODUCER is still in progress -> whether a CLOSE_PRODUCER came meanwhile.
+        self.producers_in_creation: dict[int, bool] = {}
         self.consumers: dict[int, Consumer] = {}
+        #: Consumer ids whose SUBSCRIBE is still in progress -> whether a CLOSE_CONSUMER came meanwhile.
+        self.consumers_in_creation: dict[int, bool] = {}
         self.topic_list_watchers: dict[int, TopicListWatcher] = {}
         self.writable = True
         self.closed = False
@@ -345,6 +349,23 @@ class ServerConnection(asyncio.BufferedProtocol):
                 self.write(builder(request_id, code, str(exc)))
 
         self.tasks.spawn(guarded())
+
+    def begin_create(
+        self, in_creation: dict[int, bool], registered: bool, entity_id: int, request_id: int, what: str
+    ) -> bool | None:
+        """Start a SUBSCRIBE or PRODUCER for ``entity_id``: ``None`` when one is still in progress (answered
+        ServiceNotReady, as Pulsar's ServerCnx: clients retry it, and then find the first one done), else
+        whether this request creates (the id is not registered yet).
+
+        The id is marked before any await, so a close request read right after this one finds it; the
+        caller removes the mark when its request ends."""
+        if entity_id in in_creation:
+            self.write(commands.error(request_id, pb.ServiceNotReady, f"{what} is already present on the connection"))
+            return None
+        if registered:
+            return False
+        in_creation[entity_id] = False
+        return True
 
     def forget_producer(self, producer_id: int) -> None:
         self.producers.pop(producer_id, None)

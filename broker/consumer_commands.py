@@ -39,14 +39,25 @@ T = pb.BaseCommand
 
 def on_subscribe(conn: ServerConnection, cmd: T, frame: Frame) -> None:
     r = cmd.subscribe
+    in_creation = conn.consumers_in_creation
+    creating = conn.begin_create(in_creation, r.consumer_id in conn.consumers, r.consumer_id, r.request_id, "Consumer")
+    if creating is None:
+        return
 
     async def work() -> None:
-        existing = conn.consumers.get(r.consumer_id)
-        if existing is not None:
-            if existing.subscription.name == r.subscription:
-                conn.write(commands.success(r.request_id))
-                return
-            raise ConsumerBusyError("Consumer id is already used on this connection")
+        try:
+            existing = conn.consumers.get(r.consumer_id)
+            if existing is not None:
+                if existing.subscription.name == r.subscription:
+                    conn.write(commands.success(r.request_id))
+                    return
+                raise ConsumerBusyError("Consumer id is already used on this connection")
+            await create()
+        finally:
+            if creating:
+                in_creation.pop(r.consumer_id, None)
+
+    async def create() -> None:
         if not r.subscription:
             raise InvalidTopicNameError("Empty subscription name")
         name = TopicName.parse(r.topic)
@@ -77,9 +88,9 @@ def on_subscribe(conn: ServerConnection, cmd: T, frame: Frame) -> None:
             consumer.key_shared_meta = r.keySharedMeta
         if conn.closed:
             return
-        if r.consumer_id in conn.consumers:
-            # Another request for this id registered while this one awaited: one consumer per id.
-            raise ConsumerBusyError("Consumer id is already used on this connection")
+        if conn.consumers_in_creation.get(r.consumer_id):
+            # CLOSE_CONSUMER came while it was being created (a client that gave up waiting): never registered.
+            raise BrokerError("Consumer was closed while it was being created", pb.ServiceNotReady)
         sub.add_consumer(consumer)
         conn.consumers[r.consumer_id] = consumer
         if r.read_compacted:
@@ -183,6 +194,8 @@ def on_close_consumer(conn: ServerConnection, cmd: T, frame: Frame) -> None:
         consumer = conn.consumers.pop(r.consumer_id, None)
         if consumer is not None:
             await consumer.subscription.remove_consumer(consumer)
+        elif r.consumer_id in conn.consumers_in_creation:
+            conn.consumers_in_creation[r.consumer_id] = True  # its SUBSCRIBE, when done, does not register it
         conn.write(commands.success(r.request_id))
 
     conn.spawn_request(r.request_id, work())

@@ -32,8 +32,19 @@ T = pb.BaseCommand
 
 def on_producer(conn: ServerConnection, cmd: T, frame: Frame) -> None:
     r = cmd.producer
+    in_creation = conn.producers_in_creation
+    creating = conn.begin_create(in_creation, r.producer_id in conn.producers, r.producer_id, r.request_id, "Producer")
+    if creating is None:
+        return
 
     async def work() -> None:
+        try:
+            await request()
+        finally:
+            if creating:
+                in_creation.pop(r.producer_id, None)
+
+    async def request() -> None:
         existing = conn.producers.get(r.producer_id)
         if existing is not None:
             if not existing.ready:  # still queued (WaitForExclusive): as Pulsar, not a second grant
@@ -62,9 +73,9 @@ def on_producer(conn: ServerConnection, cmd: T, frame: Frame) -> None:
             topic, conn, r.producer_id, producer_name, user_named, {kv.key: kv.value for kv in r.metadata}
         )
         producer.access_mode = r.producer_access_mode
-        if r.producer_id in conn.producers:
-            # Another request for this id registered while this one awaited: one producer per id.
-            raise ProducerBusyError("Producer id is already used on this connection")
+        if conn.producers_in_creation.get(r.producer_id):
+            # CLOSE_PRODUCER came while it was being created (a client that gave up waiting): never registered.
+            raise ServiceNotReadyError("Producer was closed while it was being created")
         # Registered before a WaitForExclusive producer is granted, so it can be closed while queued.
         conn.producers[r.producer_id] = producer
 
@@ -142,4 +153,6 @@ def on_close_producer(conn: ServerConnection, cmd: T, frame: Frame) -> None:
     if producer is not None:
         producer.closed = True
         producer.topic.remove_producer(producer)
+    elif r.producer_id in conn.producers_in_creation:
+        conn.producers_in_creation[r.producer_id] = True  # its PRODUCER, when done, does not register it
     conn.write(commands.success(r.request_id))

@@ -417,7 +417,7 @@ def test_concurrent_requests_for_one_id_leave_no_orphan(standalone: StandalonePr
             s.consumer_id, s.request_id = 6, request_id
             raw.send(cmd)
         replies = [raw.recv_until_any({T.PRODUCER_SUCCESS, T.SUCCESS, T.ERROR}) for _ in range(4)]
-        assert [r.type for r in replies].count(T.SUCCESS) == 1  # one consumer per id: the other is ConsumerBusy
+        assert [r.type for r in replies].count(T.SUCCESS) == 1  # one consumer per id: the other is ServiceNotReady
     finally:
         _reset(raw)
     path = topic_name.replace("persistent://", "persistent/")

@@ -7,6 +7,7 @@ import time
 import pulsar
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
+from magnetar.broker.protocol.frames import encode_command
 from tests.conftest import StandaloneProcess
 from tests.rawclient import RawClient
 
@@ -128,5 +129,95 @@ def test_subscribe_with_rollback_duration_starts_at_that_time(
         raw.flow(1, 10)
         got = [raw.recv_until(T.MESSAGE).message.message_id for _ in range(3)]
         assert [(m.ledgerId, m.entryId) for m in got] == [(r.ledger_id(), r.entry_id()) for r in recent]
+    finally:
+        raw.close()
+
+
+def _subscribe_cmd(topic: str, consumer_id: int, request_id: int) -> T:
+    cmd = T(type=T.SUBSCRIBE)
+    s = cmd.subscribe
+    s.topic, s.subscription, s.subType = topic, "s", Sub.Exclusive
+    s.consumer_id, s.request_id = consumer_id, request_id
+    return cmd
+
+
+def _stats_consumers(standalone: StandaloneProcess, topic: str) -> int:
+    import json
+    import urllib.request
+
+    path = topic.replace("persistent://", "persistent/")
+    with urllib.request.urlopen(f"{standalone.http_url}/admin/v2/{path}/stats", timeout=10) as r:
+        stats = json.loads(r.read())
+    return sum(len(s["consumers"]) for s in stats["subscriptions"].values())
+
+
+def test_a_subscribe_for_a_consumer_still_being_created(standalone: StandaloneProcess, topic_name: str) -> None:
+    """As Pulsar's ServerCnx: a second SUBSCRIBE for a consumer id whose creation is in progress is answered
+    ServiceNotReady ("Consumer is already present on the connection"), which clients retry; a CLOSE_CONSUMER
+    that arrives meanwhile is answered and the consumer, once created, is closed at once (no orphan)."""
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        # One write: the first loads the topic and is still in progress when the broker reads the second.
+        raw.send_raw(
+            encode_command(_subscribe_cmd(topic_name, 7, 1)) + encode_command(_subscribe_cmd(topic_name, 7, 2))
+        )
+        second = raw.recv_until_response(2)
+        assert second.type == T.ERROR and second.error.error == pb.ServiceNotReady, second
+        assert second.error.message == "Consumer is already present on the connection"
+        assert raw.recv_until_response(1).type == T.SUCCESS
+        assert raw.subscribe(topic_name, "s", consumer_id=7, request_id=3).type == T.SUCCESS  # created: success
+
+        other = topic_name + "-closed"
+        close = T(type=T.CLOSE_CONSUMER)
+        close.close_consumer.consumer_id, close.close_consumer.request_id = 8, 5
+        raw.send_raw(encode_command(_subscribe_cmd(other, 8, 4)) + encode_command(close))
+        assert raw.recv_until_response(5).type == T.SUCCESS
+        refused = raw.recv_until_response(4)  # answered once done, but never registered
+        assert refused.type == T.ERROR and refused.error.error == pb.ServiceNotReady, refused
+        assert _stats_consumers(standalone, other) == 0, "the consumer closed while being created was left behind"
+        # The id is free again once its first request is done: a new SUBSCRIBE creates the consumer.
+        assert raw.subscribe(other, "s", consumer_id=8, request_id=6).type == T.SUCCESS
+        assert _stats_consumers(standalone, other) == 1
+    finally:
+        raw.close()
+
+
+def _producer_cmd(topic: str, producer_id: int, request_id: int) -> T:
+    cmd = T(type=T.PRODUCER)
+    cmd.producer.topic, cmd.producer.producer_id, cmd.producer.request_id = topic, producer_id, request_id
+    return cmd
+
+
+def test_a_producer_request_for_a_producer_still_being_created(standalone: StandaloneProcess, topic_name: str) -> None:
+    """As for consumers: ServiceNotReady while the first PRODUCER is in progress, and a CLOSE_PRODUCER that
+    arrives meanwhile leaves no producer behind."""
+    import json
+    import urllib.request
+
+    def publishers(topic: str) -> int:
+        path = topic.replace("persistent://", "persistent/")
+        with urllib.request.urlopen(f"{standalone.http_url}/admin/v2/{path}/stats", timeout=10) as r:
+            return len(json.loads(r.read())["publishers"])
+
+    raw = RawClient(standalone.port)
+    try:
+        raw.connect()
+        raw.send_raw(encode_command(_producer_cmd(topic_name, 3, 1)) + encode_command(_producer_cmd(topic_name, 3, 2)))
+        second = raw.recv_until_any({T.ERROR})
+        assert second.error.request_id == 2 and second.error.error == pb.ServiceNotReady, second
+        assert second.error.message == "Producer is already present on the connection"
+        assert raw.recv_until(T.PRODUCER_SUCCESS).producer_success.request_id == 1
+
+        other = topic_name + "-closed"
+        close = T(type=T.CLOSE_PRODUCER)
+        close.close_producer.producer_id, close.close_producer.request_id = 4, 4
+        raw.send_raw(encode_command(_producer_cmd(other, 4, 3)) + encode_command(close))
+        assert raw.recv_until_response(4).type == T.SUCCESS
+        refused = raw.recv_until_response(3)  # answered, but never registered
+        assert refused.type == T.ERROR and refused.error.error == pb.ServiceNotReady, refused
+        assert publishers(other) == 0, "the producer closed while being created was left behind"
+        assert raw.create_producer(other, producer_id=4, request_id=5).type == T.PRODUCER_SUCCESS
+        assert publishers(other) == 1
     finally:
         raw.close()
