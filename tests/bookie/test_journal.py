@@ -396,4 +396,6 @@ async def test_a_producer_waiting_for_each_receipt_is_not_held_by_the_wait(
     adaptive, elapsed = await sequential(200, max_wait_s=0.005)
     assert adaptive.waits <= 2 and elapsed < 0.5, (adaptive.waits, elapsed)
     always, elapsed = await sequential(50, max_wait_s=0.005, adaptive_wait=False)
-    assert always.waits >= 49 and elapsed >= 50 * 0.005
+    # An add waits when it finds the writer idle: nearly every one, but on a loaded machine the writer is
+    # sometimes not back from the previous group yet (a CI run: 43 of 50), and takes the add at once.
+    assert always.waits >= 25 and elapsed >= always.waits * 0.005, (always.waits, elapsed)
