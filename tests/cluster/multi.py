@@ -141,7 +141,8 @@ class MultiCluster:
 def _client_logger() -> Any:
     """Errors to the console; with ``CLUSTER_TEST_CLIENT_LOG=<file>``, everything from INFO up to that file
     (the C++ client's reconnects and subscribes, to tell a fail-over bug in the broker from one in the client).
-    Not a ``MAGNETAR_`` variable: the brokers the tests start read those as settings."""
+    Not a ``MAGNETAR_`` variable: the brokers the tests start read those as settings. Only in a pytest process of
+    its own: the C++ client keeps the logger of the process's first client (a whole-suite run leaves the file empty)."""
     path = os.environ.get("CLUSTER_TEST_CLIENT_LOG")
     if path:
         return pulsar.FileLogger(pulsar.LoggerLevel.Info, path)
