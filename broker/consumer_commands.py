@@ -88,7 +88,7 @@ def on_subscribe(conn: ServerConnection, cmd: T, frame: Frame) -> None:
             consumer.key_shared_meta = r.keySharedMeta
         if conn.closed:
             return
-        if conn.consumers_in_creation.get(r.consumer_id):
+        if in_creation.get(r.consumer_id):
             # CLOSE_CONSUMER came while it was being created (a client that gave up waiting): never registered.
             raise BrokerError("Consumer was closed while it was being created", pb.ServiceNotReady)
         sub.add_consumer(consumer)

@@ -73,7 +73,7 @@ def on_producer(conn: ServerConnection, cmd: T, frame: Frame) -> None:
             topic, conn, r.producer_id, producer_name, user_named, {kv.key: kv.value for kv in r.metadata}
         )
         producer.access_mode = r.producer_access_mode
-        if conn.producers_in_creation.get(r.producer_id):
+        if in_creation.get(r.producer_id):
             # CLOSE_PRODUCER came while it was being created (a client that gave up waiting): never registered.
             raise ServiceNotReadyError("Producer was closed while it was being created")
         # Registered before a WaitForExclusive producer is granted, so it can be closed while queued.

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pulsar
 
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
 from magnetar.broker.protocol.frames import encode_command
+from tests.admin.rest import call
 from tests.conftest import StandaloneProcess
 from tests.rawclient import RawClient
 
@@ -141,14 +143,14 @@ def _subscribe_cmd(topic: str, consumer_id: int, request_id: int) -> T:
     return cmd
 
 
-def _stats_consumers(standalone: StandaloneProcess, topic: str) -> int:
-    import json
-    import urllib.request
+def _stats(standalone: StandaloneProcess, topic: str) -> dict:
+    reply = call("GET", f"{standalone.http_url}/admin/v2/{topic.replace('persistent://', 'persistent/')}/stats")
+    assert reply.status == 200, reply.body
+    return json.loads(reply.body)
 
-    path = topic.replace("persistent://", "persistent/")
-    with urllib.request.urlopen(f"{standalone.http_url}/admin/v2/{path}/stats", timeout=10) as r:
-        stats = json.loads(r.read())
-    return sum(len(s["consumers"]) for s in stats["subscriptions"].values())
+
+def _stats_consumers(standalone: StandaloneProcess, topic: str) -> int:
+    return sum(len(s["consumers"]) for s in _stats(standalone, topic)["subscriptions"].values())
 
 
 def test_a_subscribe_for_a_consumer_still_being_created(standalone: StandaloneProcess, topic_name: str) -> None:
@@ -192,13 +194,9 @@ def _producer_cmd(topic: str, producer_id: int, request_id: int) -> T:
 def test_a_producer_request_for_a_producer_still_being_created(standalone: StandaloneProcess, topic_name: str) -> None:
     """As for consumers: ServiceNotReady while the first PRODUCER is in progress, and a CLOSE_PRODUCER that
     arrives meanwhile leaves no producer behind."""
-    import json
-    import urllib.request
 
     def publishers(topic: str) -> int:
-        path = topic.replace("persistent://", "persistent/")
-        with urllib.request.urlopen(f"{standalone.http_url}/admin/v2/{path}/stats", timeout=10) as r:
-            return len(json.loads(r.read())["publishers"])
+        return len(_stats(standalone, topic)["publishers"])
 
     raw = RawClient(standalone.port)
     try:
