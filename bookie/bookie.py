@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
+from crc32c import crc32c
+
 from magnetar.common.tasks import TaskSet
 
 from .api import (
@@ -36,7 +38,7 @@ from .dirlock import DirLock
 from .index import LedgerState
 from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
 from .schedule import PeriodicJobs
-from .storage import CachedEntries, LedgerStorage, WriteCache
+from .storage import KEEP_CRC_FROM, CachedEntries, LedgerStorage, WriteCache
 from .throttle import AddThrottle, HeldGroup, consume
 
 log = logging.getLogger(__name__)
@@ -301,8 +303,8 @@ class Bookie(CallbackAdds):
                 hold(loop, args).add_done_callback(group.tell)
             return
         # The cache may pass its limit by this one call's entries: the next add is held back.
-        stored = self._cache_add(ledger_id, entry_ids, master_key, last_add_confirmed, heads, datas, recovery)
-        self.journal.append_many(REC_ADD, ledger_id, entry_ids, last_add_confirmed, heads, stored, done)
+        stored, crcs = self._cache_add(ledger_id, entry_ids, master_key, last_add_confirmed, heads, datas, recovery)
+        self.journal.append_many(REC_ADD, ledger_id, entry_ids, last_add_confirmed, heads, stored, done, crcs)
 
     def _check_writable(self) -> None:
         if not self._accepting:
@@ -313,8 +315,11 @@ class Bookie(CallbackAdds):
     def _add_now(self, args: tuple[int, int, bytes, int, bytes, bytes, bool]) -> asyncio.Future[None]:
         """A held-back add admitted: ``args`` as :meth:`add_parts_async` takes them."""
         ledger_id, entry_id, master_key, last_add_confirmed, head, data, recovery = args
-        (data,) = self._cache_add(ledger_id, (entry_id,), master_key, last_add_confirmed, (head,), (data,), recovery)
-        return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data, head)
+        (data,), crcs = self._cache_add(
+            ledger_id, (entry_id,), master_key, last_add_confirmed, (head,), (data,), recovery
+        )
+        crc = None if crcs is None else crcs[0]
+        return self.journal.append(REC_ADD, ledger_id, entry_id, last_add_confirmed, data, head, crc)
 
     def _cache_add(
         self,
@@ -325,9 +330,10 @@ class Bookie(CallbackAdds):
         heads: Sequence[bytes],
         datas: Sequence[bytes | memoryview],
         recovery: bool,
-    ) -> list[bytes]:
+    ) -> tuple[list[bytes], list[int | None] | None]:
         """Check adds of one ledger against its state and put them in the write cache; returns the data to
-        journal after each head. Keep it free of allocations it does not need: every add passes here."""
+        journal after each head, and the CRCs computed for the records of big entries (None if there is no
+        big entry). Keep it free of allocations it does not need: every add passes here."""
         st = self._ledgers.get(ledger_id)
         if st is None:
             st = self._new_ledger(ledger_id, master_key)
@@ -342,13 +348,22 @@ class Bookie(CallbackAdds):
             entries = self._cache[ledger_id] = CachedEntries()
         put = entries.put
         stored: list[bytes] = []
+        crcs: list[int | None] | None = None
         grown = 0
-        for entry_id, head, data in zip(entry_ids, heads, datas, strict=True):
+        for k, (entry_id, head, data) in enumerate(zip(entry_ids, heads, datas, strict=True)):
             if type(data) is memoryview:
                 # A view may be of a buffer its owner reuses. bytes, and the bytearray a big entry was read
                 # into by the broker (never written again), are the entry's one copy: kept as they are.
                 data = bytes(data)
-            grown += put(entry_id, head, data)
+            if len(data) < KEEP_CRC_FROM:
+                grown += put(entry_id, head, data)
+            else:
+                # Checksummed once, for the journal record and (at the checkpoint) the entry log.
+                crc = crc32c(data, crc32c(head))
+                grown += put(entry_id, head, data, crc)
+                if crcs is None:
+                    crcs = [None] * len(entry_ids)
+                crcs[k] = crc
             stored.append(data)
         last = max(entry_ids)
         if last > st.last_entry:
@@ -356,7 +371,7 @@ class Bookie(CallbackAdds):
         self._cache_bytes += grown
         if self._cache_bytes >= self._cache_max:
             self._ckpt_wake.set()  # checkpoint now rather than when the interval is up
-        return stored
+        return stored, crcs
 
     def _release_throttled(self) -> None:
         """Admit held-back adds in arrival order while the write cache has room."""

@@ -166,23 +166,29 @@ class EntryLogWriter:
         self.log_id, self._fd, self._pos = log_id, fd, _FILE_HDR.size
 
     def add_many(
-        self, ledger_id: int, entry_ids: list[int], datas: list[bytes], heads: list[bytes] | None = None
+        self,
+        ledger_id: int,
+        entry_ids: list[int],
+        datas: list[bytes],
+        heads: list[bytes] | None = None,
+        known_crcs: list[int | None] | None = None,
     ) -> tuple[array, list[int], set[int]]:
         """Buffer entries of one ledger; returns their locations, crc32c values and the logs used.
 
         With ``heads``, entry ``i`` is ``heads[i] + datas[i]``, written as the two buffers (the write
         cache keeps an add's digest header apart from its data: nothing is joined to be written).
+        ``known_crcs[i]``, where not None, is entry ``i``'s crc32c, already computed (for its journal record).
         The locations are valid only once :meth:`sync` has returned.
 
         A location is ``log_id << 32 | offset of the data``. The per-entry work runs in C
         (``map``/``accumulate``): a checkpoint holds the GIL as briefly as possible.
         """
-        if heads is None:
-            crcs = list(map(crc32c, datas))
-            lens = list(map(len, datas))
+        lens = list(map(len, datas)) if heads is None else list(map(add, map(len, heads), map(len, datas)))
+        if known_crcs is None:
+            crcs = list(map(crc32c, datas)) if heads is None else list(map(crc32c, datas, map(crc32c, heads)))
         else:
-            crcs = list(map(crc32c, datas, map(crc32c, heads)))
-            lens = list(map(add, map(len, heads), map(len, datas)))
+            hs = heads if heads is not None else repeat(b"")
+            crcs = [crc32c(d, crc32c(h)) if c is None else c for c, h, d in zip(known_crcs, hs, datas, strict=False)]
         headers = list(map(ENTRY_HEADER.pack, lens, crcs, repeat(ledger_id), entry_ids))
         ends = list(accumulate(map(add, lens, repeat(ENTRY_HEADER_SIZE))))  # relative record ends
         locs = array("q")

@@ -12,14 +12,25 @@ a 16-byte header (magic, format version, seq), then records::
 
     crc32c u32 | length u32 | type u8 | ledger_id i64 | entry_id i64 | lac i64 | data[length]
 
-The CRC covers everything after itself. Replay stops at the first record that is zero, truncated
-or fails its CRC: that is the torn tail of a write that was never acknowledged.
+The CRC covers everything after itself, seeded with the CRC of the file's header. A record whose type
+has bit 7 set (format version 3) has a CRC of its header fields followed by ``crc32c(data)`` instead of
+the data itself: the bookie computes that value once for a big entry and the checkpoint stores it in the
+entry log too, so the entry's bytes are not read once more for a checksum. Replay stops at the first
+record that is zero, truncated or fails its CRC: that is the torn tail of a write that was never
+acknowledged.
 
 A new file is an obsolete one reused (renamed, header rewritten: BookKeeper's ``journalReuseFiles``)
-or, when none is free, a fresh one pre-written with zeros, which costs as much write bandwidth as the
-records themselves. A reused file still holds the old records after the new ones, so since format
-version 2 each record's CRC is seeded with the CRC of its file's header: an old record fails it, and
-replay stops at the new records' end as it stops at zeros. Version 1 files (CRC seed 0) still replay.
+or, when none is free, a fresh one pre-written with zeros, which costs as much write bandwidth (and CPU:
+~15 ms per 64 MiB) as the records themselves. The next file is prepared while the open one fills. At
+start-up that is done at once (nothing competes with it then); later zeros are written only once the
+open file is half full, and until then the preparation waits for a checkpoint to free an obsolete file
+(a fresh bookie frees its first one a checkpoint after its first rotation: preparing the third file at
+once zeroed a file that waiting would have reused, under load).
+
+A reused file still holds the old records after the new ones, so since format version 2 each record's
+CRC is seeded with the CRC of its file's header: an old record fails it, and replay stops at the new
+records' end as it stops at zeros. Version 1 files (CRC seed 0) and version 2
+files (no record has bit 7 of its type set) still replay.
 
 A record never spans files. The event loop, which computes the CRCs, decides where each file ends:
 it cuts the open group at the boundary and marks the next group as the first of the next file.
@@ -57,6 +68,8 @@ REC_KEY = 2  # data = master key; written when a ledger is first seen
 REC_FENCE = 3
 REC_DELETE = 4
 _VALID_TYPES = frozenset((REC_ADD, REC_KEY, REC_FENCE, REC_DELETE))
+#: Type flag: the record's CRC covers ``crc32c(data)`` in place of the data (format version 3).
+_DATA_CRC = 0x80
 
 _FILE_MAGIC = b"MGJ1"
 _FILE_HDR = struct.Struct("<4sIQ")  # magic, format version, sequence number
@@ -71,13 +84,21 @@ _IOV_MAX = 1024
 _SUFFIX = ".journal"
 #: An obsolete journal file kept to be reused as a future one (never replayed).
 _FREE_SUFFIX = ".free"
-#: Format version written; version 1 records have CRC seed 0.
-_VERSION = 2
+#: Format version written; version 1 records have CRC seed 0, only version 3 records may have ``_DATA_CRC``.
+_VERSION = 3
 #: Adaptive group wait: a wait that gathered another add earns this much credit, one that did not costs
 #: one; the writer waits while it has credit, and otherwise tries a wait once per probe interval.
 _WAIT_CREDIT_GAIN = 2
 _WAIT_CREDIT_MAX = 8
 _WAIT_PROBE_INTERVAL_S = 1.0
+#: The next file's preparation waits this long at most between looks for a free file (a safety net:
+#: a freed file, the open file reaching half and ``close()`` all wake it).
+_PREPARE_RECHECK_S = 60.0
+_NEVER = 1 << 62
+
+
+class _PreparationAbandoned(Exception):
+    """The journal closed while the next file's preparation waited for a free file."""
 
 
 #: Told the outcome of one record: ``None`` once it is durable, else the error.
@@ -226,6 +247,12 @@ class Journal:
         self._next_file: ThreadFuture[tuple[int, int]] | None = None
         # Serialises taking and adding ``.free`` files (preallocation thread vs checkpoint thread).
         self._free_lock = threading.Lock()
+        # Wakes a preparation waiting for a free file: one was freed, the open file is half full, a rotation
+        # needs the file now (``_rushed``), or the journal closes. The writer wakes it once per file, at
+        # ``_prepare_due`` (an offset of the open file).
+        self._prepare_wake = threading.Event()
+        self._rushed = False
+        self._prepare_due = 0
 
     # ---------------------------------------------------------------- replay (before start)
 
@@ -242,14 +269,15 @@ class Journal:
             if len(data) < _FILE_HDR.size:
                 continue
             magic, version, hdr_seq = _FILE_HDR.unpack_from(data, 0)
-            if magic != _FILE_MAGIC or hdr_seq != seq or version not in (1, _VERSION):
+            if magic != _FILE_MAGIC or hdr_seq != seq or version not in (1, 2, _VERSION):
                 log.warning("journal file %s has a bad header; skipped", path)
                 continue
             pos = start.offset if start is not None and seq == start.seq else _FILE_HDR.size
-            yield from self._replay_file(path, data, max(pos, _FILE_HDR.size), _crc_seed(seq, version))
+            seed = _crc_seed(seq, version)
+            yield from self._replay_file(path, data, max(pos, _FILE_HDR.size), seed, version)
 
     @staticmethod
-    def _replay_file(path: Path, data: bytes, pos: int, seed: int) -> Iterator[JournalRecord]:
+    def _replay_file(path: Path, data: bytes, pos: int, seed: int, version: int) -> Iterator[JournalRecord]:
         mv = memoryview(data)
         end = len(data)
         count = 0
@@ -257,9 +285,17 @@ class Journal:
             (crc,) = _CRC.unpack_from(data, pos)
             length, rtype, ledger_id, entry_id, lac = _REC_TAIL.unpack_from(data, pos + 4)
             stop = pos + REC_HEADER_SIZE + length
+            data_crc = rtype & _DATA_CRC and version >= 3
+            if data_crc:
+                rtype &= ~_DATA_CRC
             if rtype not in _VALID_TYPES or stop > end:
                 break
-            if crc32c(mv[pos + 4 : stop], seed) != crc:
+            if data_crc:
+                body = crc32c(mv[pos + REC_HEADER_SIZE : stop])
+                valid = crc32c(_CRC.pack(body), crc32c(mv[pos + 4 : pos + REC_HEADER_SIZE], seed)) == crc
+            else:
+                valid = crc32c(mv[pos + 4 : stop], seed) == crc
+            if not valid:
                 log.info("journal %s: torn or corrupt record at offset %d ignored", path.name, pos)
                 break
             yield JournalRecord(rtype, ledger_id, entry_id, lac, bytes(mv[pos + REC_HEADER_SIZE : stop]))
@@ -269,15 +305,27 @@ class Journal:
 
     # ---------------------------------------------------------------- files
 
-    def _create_file(self, seq: int, size: int) -> int:
-        """Make ``seq``'s file (a free one reused, else pre-written with zeros); returns an fd open for writing."""
+    def _create_file(self, seq: int, size: int, patient: bool = False) -> int:
+        """Make ``seq``'s file (a free one reused, else pre-written with zeros); returns an fd open for writing.
+
+        ``patient``: before writing zeros, wait for a free file until the open file is half full, a rotation
+        needs this one, or the journal closes (then raise :class:`_PreparationAbandoned`)."""
         path = self.directory / f"{seq:016x}{_SUFFIX}"
         tmp = path.with_suffix(".tmp")
-        try:
-            fd = self._reuse_free_file(tmp, seq, size)
-        except OSError as e:  # a free file is a saving, never a reason to fail: pre-write a new one
-            log.warning("journal: reusing a free file failed (%r); writing a new one", e)
-            fd = None
+        while True:
+            try:
+                fd = self._reuse_free_file(tmp, seq, size)
+            except OSError as e:  # a free file is a saving, never a reason to fail: pre-write a new one
+                log.warning("journal: reusing a free file failed (%r); writing a new one", e)
+                fd = None
+                break
+            if fd is not None or not patient or self._rushed or self._off * 2 >= self._size:
+                break
+            if self._stopping:
+                raise _PreparationAbandoned
+            # Cleared before the next look: a wake-up that comes meanwhile is seen by that look or the next wait.
+            self._prepare_wake.wait(_PREPARE_RECHECK_S)
+            self._prepare_wake.clear()
         if fd is None:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -323,12 +371,16 @@ class Journal:
             self.files_reused += 1
             return fd
 
-    def _prepare_next(self) -> None:
+    def _prepare_next(self, patient: bool = True) -> None:
+        """Start preparing the file after the open one (which is new: ``_off`` at its start); ``patient``:
+        as :meth:`_create_file` takes it."""
         seq = self._seq + 1
         size = self.file_size
+        self._rushed = False
+        self._prepare_due = self._size // 2
 
         def create() -> tuple[int, int]:
-            return self._create_file(seq, size), size
+            return self._create_file(seq, size, patient), size
 
         self._next_file = self._prealloc.submit(create)
 
@@ -343,11 +395,17 @@ class Journal:
         self._off = _FILE_HDR.size
         self._synced = JournalPosition(self._seq, self._off)
         self._q_seq, self._q_off, self._q_seed = self._seq, self._off, _crc_seed(self._seq)
-        self._prepare_next()
+        self._prepare_next(patient=False)
 
     def _rotate(self) -> None:
         assert self._next_file is not None
-        fd, size = self._next_file.result(timeout=self.add_timeout_s)
+        if not self._next_file.done():
+            self._rushed = True
+            self._prepare_wake.set()
+        try:
+            fd, size = self._next_file.result(timeout=self.add_timeout_s)
+        except _PreparationAbandoned:  # close() came first; the queued records still need their file
+            fd, size = self._create_file(self._seq + 1, self.file_size), self.file_size
         os.close(self._fd)
         self._seq += 1
         self._fd, self._size, self._off = fd, size, _FILE_HDR.size
@@ -369,6 +427,7 @@ class Journal:
                 n += 1
         if n:
             _fsync_dir(self.directory)
+            self._prepare_wake.set()
         return n
 
     def _keep_free(self, path: Path) -> bool:
@@ -399,11 +458,19 @@ class Journal:
         self._tasks.spawn(self._watch(), name="journal-watchdog")
 
     def append(
-        self, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes, head: bytes = b""
+        self,
+        rtype: int,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        data: bytes,
+        head: bytes = b"",
+        crc: int | None = None,
     ) -> asyncio.Future[None]:
-        """Queue one record; the future resolves once it is fdatasync'ed (event loop thread only)."""
+        """Queue one record; the future resolves once it is fdatasync'ed (event loop thread only). ``crc``: as
+        :meth:`append_many` takes it."""
         fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
-        self.append_cb(rtype, ledger_id, entry_id, lac, data, partial(settle, fut), head)
+        self.append_many(rtype, ledger_id, (entry_id,), lac, (head,), (data,), partial(settle, fut), (crc,))
         return fut
 
     def append_cb(
@@ -425,29 +492,40 @@ class Journal:
         heads: Sequence[bytes],
         datas: Sequence[bytes],
         done: Waiter,
+        crcs: Sequence[int | None] | None = None,
     ) -> None:
         """Queue one record per entry of ``entry_ids`` (data ``heads[i] + datas[i]``, as :meth:`append_cb`
         takes them) with one waiter: ``done`` is called once, on the event loop, when all of them are durable
         (the publish hot path journals a whole socket read of a producer's sends this way: one lock, one
         waiter). The records stay in order and may span groups; ``done`` hears when the last group is synced.
+        ``crcs[i]``, when given and not None, is ``crc32c(heads[i] + datas[i])``, already computed by the caller
+        (for big entries: a small one's record is checksummed over its bytes, which costs less than another CRC).
         """
         if self._failed is not None or self._stopping:
             raise BookieUnavailableError(f"journal is not writable: {self._failed or 'closing'}")
         pack_tail, pack_crc = _REC_TAIL.pack, _CRC.pack
         file_size = self.file_size
+        if crcs is None:
+            crcs = [None] * len(entry_ids)
         with self._lock:
             buf, seed, off = self._tail, self._q_seed, self._q_off
             size = 0
-            for entry_id, head, data in zip(entry_ids, heads, datas, strict=True):
+            for entry_id, head, data, dcrc in zip(entry_ids, heads, datas, crcs, strict=True):
                 n = len(data)
-                tail = pack_tail(len(head) + n, rtype, ledger_id, entry_id, lac) + head
-                rec = _CRC.size + len(tail) + n
+                rec = REC_HEADER_SIZE + len(head) + n
                 if off + rec > file_size and off > _FILE_HDR.size:  # (a fresh file takes any record)
                     self._size_queued += size
                     size = 0
                     self._start_next_file()
                     buf, seed, off = self._tail, self._q_seed, _FILE_HDR.size
-                buf += pack_crc(crc32c(data, crc32c(tail, seed)))
+                if dcrc is None:
+                    tail = pack_tail(len(head) + n, rtype, ledger_id, entry_id, lac) + head
+                    crc = crc32c(data, crc32c(tail, seed))
+                else:
+                    tail = pack_tail(len(head) + n, rtype | _DATA_CRC, ledger_id, entry_id, lac)
+                    crc = crc32c(pack_crc(dcrc), crc32c(tail, seed))
+                    tail += head
+                buf += pack_crc(crc)
                 buf += tail
                 if n < _INLINE_MAX:
                     buf += data
@@ -572,6 +650,9 @@ class Journal:
         if self.sync_data:
             os.fdatasync(fd)
         self._off = off + n
+        if self._off >= self._prepare_due:  # the open file is half full: stop waiting for a free one
+            self._prepare_due = _NEVER
+            self._prepare_wake.set()
         self.bytes_written += n
         self.groups_written += 1
         if n > self.max_group_bytes:
@@ -607,6 +688,7 @@ class Journal:
         """Write out what is queued, then stop the writer thread."""
         self._stopping = True
         self._wake.put(None)
+        self._prepare_wake.set()
         await self._tasks.close()
         if self._thread_done is not None:
             try:

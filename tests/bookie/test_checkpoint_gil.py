@@ -89,9 +89,9 @@ def test_flush_passes_at_most_a_slice_of_entries_at_a_time(tmp_path: Path) -> No
     sizes: list[int] = []
     add_many = storage.writer.add_many
 
-    def spy(ledger_id: int, entry_ids: list[int], datas: list[bytes], heads: list[bytes] | None = None) -> object:
+    def spy(ledger_id: int, entry_ids: list[int], datas: list[bytes], *rest: object) -> object:
         sizes.append(len(entry_ids))
-        return add_many(ledger_id, entry_ids, datas, heads)
+        return add_many(ledger_id, entry_ids, datas, *rest)  # type: ignore[arg-type]
 
     storage.writer.add_many = spy  # type: ignore[method-assign]
     n = 3 * GIL_SLICE + 5

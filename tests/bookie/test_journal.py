@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from magnetar.bookie.journal import REC_ADD, REC_FENCE, REC_HEADER_SIZE, Journal
+from tests.waiting import eventually
 
 
 async def start_journal(directory: Path, **kw: object) -> Journal:
@@ -399,3 +400,78 @@ async def test_a_producer_waiting_for_each_receipt_is_not_held_by_the_wait(
     # An add waits when it finds the writer idle: nearly every one, but on a loaded machine the writer is
     # sometimes not back from the previous group yet (a CI run: 43 of 50), and takes the add at once.
     assert always.waits >= 25 and elapsed >= always.waits * 0.005, (always.waits, elapsed)
+
+
+async def _into_second_file(j: Journal, first: int = 0) -> int:
+    """Append 100-byte records until some are in the journal's second file (well below its half); returns
+    the next entry id."""
+    eid = first
+    while j.synced_position.seq < 2 or j.synced_position.offset < 1000:
+        await j.append(REC_ADD, 1, eid, -1, b"o" * 100)
+        eid += 1
+    return eid
+
+
+async def test_later_files_are_zeroed_only_once_the_open_one_is_half_full(tmp_path: Path) -> None:
+    """Preparing a file at once zeroed one that the next checkpoint would have freed for reuse."""
+    j = await start_journal(tmp_path, file_size=8192, group_max_bytes=1024)
+    await eventually(lambda: j.files_zeroed == 2)  # at start-up: the open file and the next one
+    eid = await _into_second_file(j)
+    await asyncio.sleep(0.3)
+    assert j.files_zeroed == 2
+    while j.synced_position.offset < 4200:  # past half of the second file
+        await j.append(REC_ADD, 1, eid, -1, b"o" * 100)
+        eid += 1
+    await eventually(lambda: j.files_zeroed == 3)
+    await j.close()
+    assert [r[2] for r in replayed(tmp_path)] == list(range(eid))
+
+
+async def test_a_file_freed_while_the_next_one_waits_is_reused(tmp_path: Path) -> None:
+    j = await start_journal(tmp_path, file_size=8192, group_max_bytes=1024)
+    eid = await _into_second_file(j)
+    assert j.files_zeroed == 2 and j.files_reused == 0
+    assert j.delete_before(2) == 1  # a checkpoint frees the first file
+    await eventually(lambda: j.files_reused == 1)
+    while j.synced_position.seq < 3:
+        await j.append(REC_ADD, 1, eid, -1, b"n" * 100)
+        eid += 1
+    await j.close()
+    assert j.files_zeroed == 2
+    ids = [r.entry_id for r in Journal(tmp_path, file_size=8192, group_max_bytes=1024).replay(None)]
+    assert ids[0] > 0 and ids == list(range(ids[0], eid))  # the first file's records went with it
+
+
+async def test_close_ends_a_preparation_waiting_for_a_free_file(tmp_path: Path) -> None:
+    j = await start_journal(tmp_path, file_size=8192, group_max_bytes=1024)
+    eid = await _into_second_file(j)
+    started = asyncio.get_running_loop().time()
+    await j.close()
+    assert asyncio.get_running_loop().time() - started < 2.0
+    assert j.files_zeroed == 2 and not any(f.name.endswith(".tmp") for f in os.scandir(tmp_path))
+    assert [r[2] for r in replayed(tmp_path)] == list(range(eid))
+
+
+async def test_records_queued_at_close_get_their_file_when_the_preparation_was_abandoned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() ends the preparation waiting for a free file; the writer still has records queued past the
+    open file's end, and makes their file itself."""
+    j = await start_journal(tmp_path, file_size=8192, group_max_bytes=1024)
+    first = await _into_second_file(j)
+    release = threading.Event()
+    real_pwritev = os.pwritev
+
+    def held_pwritev(fd: int, buffers: list[bytes], offset: int) -> int:
+        release.wait(10)  # the writer stays below half of the file until close() has been called
+        return real_pwritev(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "pwritev", held_pwritev)
+    waiters = [j.append(REC_ADD, 1, i, -1, b"q" * 3000) for i in range(first, first + 6)]  # ~18 KB: 2 rotations
+    closing = asyncio.ensure_future(j.close())
+    await asyncio.sleep(0.3)  # the preparation sees the close and gives up
+    release.set()
+    await asyncio.wait_for(closing, 10)
+    await asyncio.wait_for(asyncio.gather(*waiters), 5)
+    assert j.files_zeroed == 4
+    assert [r[2] for r in replayed(tmp_path)] == list(range(first + 6))

@@ -24,6 +24,7 @@ from magnetar.managed_ledger.metadata import cursor_path, ledger_path
 from magnetar.metadata.embedded import EmbeddedMetadataStore
 from tests.managed_ledger.conftest import config
 from tests.managed_ledger.ml_memory_ledger import MemoryLedgerClient
+from tests.waiting import eventually
 
 NAME = "public/default/persistent/topic-1"
 
@@ -47,13 +48,6 @@ async def ledger_exists(client: LedgerClient, ledger_id: int) -> bool:
         return False
     await handle.close()
     return True
-
-
-async def eventually(cond: Callable[[], bool], within: float = 2.0) -> None:
-    """Poll ``cond`` (background trims have no completion event to wait on)."""
-    async with asyncio.timeout(within):
-        while not cond():  # noqa: ASYNC110
-            await asyncio.sleep(0.005)
 
 
 async def test_add_and_read_across_rollover(factory: ManagedLedgerFactoryImpl) -> None:

@@ -37,6 +37,7 @@ from magnetar.metadata.api import (
 from magnetar.metadata.embedded import EmbeddedMetadataStore
 from magnetar.metadata.etcd import EtcdMetadataStore, EtcdSession, SessionExpiredError, parse_etcd_url
 from tests.etcd_server import EtcdServer, find_etcd_binary, free_port
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -88,15 +89,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     await s.start()  # type: ignore[attr-defined]
     yield s
     await s.close()
-
-
-async def eventually(condition: Callable[[], bool], within: float = 10.0) -> None:
-    """Wait (bounded) until ``condition()`` holds."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 # ---------------------------------------------------------------------- shared contract
