@@ -80,6 +80,7 @@ class Bookie(CallbackAdds):
             adaptive_wait=config.journal_adaptive_wait,
             add_timeout_s=config.add_timeout_s,
             reuse_files=config.journal_reuse_files,
+            on_new_file=self._journal_rotated if config.checkpoint_on_journal_rotation else None,
         )
         self.storage = LedgerStorage(
             config.ledger_dir,  # type: ignore[arg-type]
@@ -104,6 +105,8 @@ class Bookie(CallbackAdds):
         self._ckpt_lock = asyncio.Lock()
         self._tasks = TaskSet(f"bookie {self.address}")
         self._ckpt_wake = asyncio.Event()
+        # The journal started a file since the last checkpoint (set from its writer thread: a plain flag).
+        self._journal_new_file = False
         # Adds held back while the write cache is full and the previous one is still being flushed.
         self.throttle = AddThrottle(config.address, config.max_throttle_time_s)
         self._throttled = self.throttle.queue  # the same deque, tested on every add
@@ -640,10 +643,19 @@ class Bookie(CallbackAdds):
         finally:
             self._ckpt_lock.release()
 
+    def _journal_rotated(self) -> None:
+        """The journal's first group in a new file is durable (writer thread): checkpoint now, so that the
+        previous file is freed before the preparation of the next one gives up waiting and writes zeros."""
+        self._journal_new_file = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed under a last write
+                loop.call_soon_threadsafe(self._ckpt_wake.set)
+
     async def _checkpoint_loop(self) -> None:
-        """Checkpoint every ``checkpoint_interval_s`` or as soon as the write cache is full, check free space and
-        compact when due. Between jobs it sleeps until the next one is due or :attr:`_ckpt_wake` is set, so an
-        idle bookie costs a wake-up per job, not one per polling tick."""
+        """Checkpoint every ``checkpoint_interval_s``, as soon as the write cache is full or the journal has
+        started a file, check free space and compact when due. Between jobs it sleeps until the next one is
+        due or :attr:`_ckpt_wake` is set, so an idle bookie costs a wake-up per job, not one per polling tick."""
         jobs = self.jobs
         while True:
             self.checkpoint_loop_rounds += 1
@@ -651,7 +663,8 @@ class Bookie(CallbackAdds):
             if jobs.space_check_due(now):
                 await self._check_free_space()
             full = self._cache_bytes >= self.config.write_cache_max_bytes
-            if (full or jobs.checkpoint_due(now)) and self._flushing is None:
+            if (full or self._journal_new_file or jobs.checkpoint_due(now)) and self._flushing is None:
+                self._journal_new_file = False
                 try:
                     await self.checkpoint()
                 except BookieError as e:

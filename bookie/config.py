@@ -54,6 +54,9 @@ class BookieConfig:
     #: Checkpoint at least this often: flush the write cache to the entry log, persist the index,
     #: delete journals wholly before the checkpoint.
     checkpoint_interval_s: float = 5.0
+    #: Also checkpoint as soon as the journal has started a new file: the previous file is then freed
+    #: in time for the next one to reuse it (see ``journal_reuse_files``) instead of writing zeros.
+    checkpoint_on_journal_rotation: bool = True
     #: ... and also as soon as the write cache holds this many bytes of memory (BookKeeper:
     #: ``dbStorage_writeCacheMaxSizeMb``): entries' bytes plus ``storage.CACHED_ENTRY_OVERHEAD`` each. A
     #: full cache holds new adds back until the checkpoint swaps it out; with the cache being flushed,

@@ -47,7 +47,7 @@ import queue
 import struct
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -183,8 +183,12 @@ class Journal:
         add_timeout_s: float = 30.0,
         sync_data: bool = True,
         reuse_files: int = 4,
+        on_new_file: Callable[[], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
+        #: Called on the writer thread once the first group of a new file is durable: a checkpoint from then
+        #: on frees the previous file, for the preparation of the next one to reuse instead of writing zeros.
+        self.on_new_file = on_new_file
         #: fdatasync each group before resolving its adds (BookKeeper's journalSyncData). False leaves
         #: flushing to the OS: adds survive a broker crash but not a power loss or kernel crash.
         self.sync_data = sync_data
@@ -658,6 +662,8 @@ class Journal:
         if n > self.max_group_bytes:
             self.max_group_bytes = n
         self._synced = JournalPosition(self._seq, self._off)
+        if group.new_file and self.on_new_file is not None:
+            self.on_new_file()
 
     def _fail_all(self, futs: list[Waiter], exc: BaseException) -> None:
         """Fail ``futs`` and everything still queued (writer thread)."""

@@ -17,6 +17,7 @@ def small_config(data_dir: Path, **overrides: object) -> BookieConfig:
         "journal_group_max_bytes": 16 * 1024,
         "entry_log_size": 32 * 1024,
         "checkpoint_interval_s": 3600.0,  # tests checkpoint explicitly
+        "checkpoint_on_journal_rotation": False,
         "min_free_bytes": 0,
         "add_timeout_s": 10.0,
     }

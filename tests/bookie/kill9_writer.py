@@ -19,7 +19,7 @@ from magnetar.bookie.bookie import Bookie
 
 
 async def main(data_dir: Path) -> None:
-    bookie = Bookie(small_config(data_dir, checkpoint_interval_s=0.05))
+    bookie = Bookie(small_config(data_dir, checkpoint_interval_s=0.05, checkpoint_on_journal_rotation=True))
     await bookie.start()
     out = sys.stdout
     await bookie.add_entry(3, 0, KEY, -1, payload(3, 0))

@@ -18,6 +18,7 @@ from magnetar.bookie.api import (
 )
 from magnetar.bookie.bookie import Bookie
 from magnetar.bookie.local import LocalBookieClient
+from tests.waiting import eventually
 
 
 async def add_many(bookie: Bookie, ledger_id: int, count: int, start: int = 0, **kw: object) -> None:
@@ -260,6 +261,25 @@ async def test_periodic_checkpoint_runs(make_bookie) -> None:  # type: ignore[no
             break
     assert 1 in b.storage.index.ledgers
     await assert_ledger(b, 1, 100)
+
+
+@pytest.mark.parametrize("on_rotation", [True, False])
+async def test_a_journal_rotation_checkpoints_so_the_next_file_is_reused(make_bookie, on_rotation: bool) -> None:  # type: ignore[no-untyped-def]
+    """With no periodic checkpoint due, the checkpoint a rotation starts frees the journal's first file in time
+    for its third to reuse it; without it the third file is pre-written with zeros."""
+    b = await make_bookie(checkpoint_on_journal_rotation=on_rotation)  # 64 KiB journal files
+    journal = b.journal
+    eid = 0
+    for seq in (2, 3):
+        while journal.synced_position.seq < seq:
+            await b.add_entry(1, eid, KEY, eid - 1, payload(1, eid, 500))
+            eid += 1
+        if seq == 2 and on_rotation:
+            await eventually(lambda: 1 in b.storage.index.ledgers)  # checkpointed without a call
+    assert (1 in b.storage.index.ledgers) == on_rotation
+    assert journal.files_zeroed == (2 if on_rotation else 3)
+    assert journal.files_reused == (1 if on_rotation else 0)
+    await assert_ledger(b, 1, eid, size=500)
 
 
 async def test_close_stops_threads_and_tasks(make_bookie) -> None:  # type: ignore[no-untyped-def]
