@@ -353,7 +353,7 @@ class Bookie(CallbackAdds):
         stored: list[bytes] = []
         crcs: list[int | None] | None = None
         grown = 0
-        for k, (entry_id, head, data) in enumerate(zip(entry_ids, heads, datas, strict=True)):
+        for entry_id, head, data in zip(entry_ids, heads, datas, strict=True):
             if type(data) is memoryview:
                 # A view may be of a buffer its owner reuses. bytes, and the bytearray a big entry was read
                 # into by the broker (never written again), are the entry's one copy: kept as they are.
@@ -366,7 +366,7 @@ class Bookie(CallbackAdds):
                 grown += put(entry_id, head, data, crc)
                 if crcs is None:
                     crcs = [None] * len(entry_ids)
-                crcs[k] = crc
+                crcs[len(stored)] = crc
             stored.append(data)
         last = max(entry_ids)
         if last > st.last_entry:
