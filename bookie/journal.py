@@ -29,8 +29,8 @@ once zeroed a file that waiting would have reused, under load).
 
 A reused file still holds the old records after the new ones, so since format version 2 each record's
 CRC is seeded with the CRC of its file's header: an old record fails it, and replay stops at the new
-records' end as it stops at zeros. Version 1 files (CRC seed 0) and version 2
-files (no record has bit 7 of its type set) still replay.
+records' end as it stops at zeros. Version 1 files (CRC seed 0) and version 2 files (no record has bit 7
+of its type set) still replay.
 
 A record never spans files. The event loop, which computes the CRCs, decides where each file ends:
 it cuts the open group at the boundary and marks the next group as the first of the next file.
