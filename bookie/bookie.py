@@ -36,7 +36,8 @@ from .api import (
 from .config import BookieConfig
 from .dirlock import DirLock
 from .index import LedgerState
-from .journal import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, Journal, JournalPosition
+from .journal import Journal
+from .journal_format import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, JournalPosition
 from .schedule import PeriodicJobs
 from .storage import KEEP_CRC_FROM, CachedEntries, LedgerStorage, WriteCache
 from .throttle import AddThrottle, HeldGroup, consume

@@ -31,7 +31,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from .api import BookieError
-from .journal import JournalPosition
+from .journal_format import JournalPosition
 
 log = logging.getLogger(__name__)
 

@@ -6,18 +6,7 @@ it with one ``pwrite``, calls ``fdatasync`` once and then resolves the whole gro
 single ``loop.call_soon_threadsafe``. While it syncs, new adds pile up into the next group, so the
 group size adapts to the load by itself ("natural batching").
 
-File layout: ``<seq:016x>.journal`` of ``file_size`` bytes, all of them allocated before the first
-record is written (overwriting allocated blocks makes fdatasync cheaper than appending or fallocate):
-a 16-byte header (magic, format version, seq), then records::
-
-    crc32c u32 | length u32 | type u8 | ledger_id i64 | entry_id i64 | lac i64 | data[length]
-
-The CRC covers everything after itself, seeded with the CRC of the file's header. A record whose type
-has bit 7 set (format version 3) has a CRC of its header fields followed by ``crc32c(data)`` instead of
-the data itself: the bookie computes that value once for a big entry and the checkpoint stores it in the
-entry log too, so the entry's bytes are not read once more for a checksum. Replay stops at the first
-record that is zero, truncated or fails its CRC: that is the torn tail of a write that was never
-acknowledged.
+The on-disk format (files, records, CRCs) and its replay are in :mod:`.journal_format`.
 
 A new file is an obsolete one reused (renamed, header rewritten: BookKeeper's ``journalReuseFiles``)
 or, when none is free, a fresh one pre-written with zeros, which costs as much write bandwidth (and CPU:
@@ -26,11 +15,6 @@ start-up that is done at once (nothing competes with it then); later zeros are w
 open file is half full, and until then the preparation waits for a checkpoint to free an obsolete file
 (a fresh bookie frees its first one a checkpoint after its first rotation: preparing the third file at
 once zeroed a file that waiting would have reused, under load).
-
-A reused file still holds the old records after the new ones, so since format version 2 each record's
-CRC is seeded with the CRC of its file's header: an old record fails it, and replay stops at the new
-records' end as it stops at zeros. Version 1 files (CRC seed 0) and version 2 files (no record has bit 7
-of its type set) still replay.
 
 A record never spans files. The event loop, which computes the CRCs, decides where each file ends:
 it cuts the open group at the boundary and marks the next group as the first of the next file.
@@ -44,7 +28,6 @@ import contextlib
 import logging
 import os
 import queue
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -59,33 +42,29 @@ from crc32c import crc32c
 from magnetar.common.tasks import TaskSet
 
 from .api import BookieError, BookieUnavailableError, Waiter, settle
+from .journal_format import (
+    CRC,
+    DATA_CRC,
+    FILE_HDR,
+    FREE_SUFFIX,
+    REC_HEADER_SIZE,
+    REC_TAIL,
+    SUFFIX,
+    JournalPosition,
+    JournalRecord,
+    crc_seed,
+    file_header,
+    journal_files,
+    replay_file,
+)
 
 log = logging.getLogger(__name__)
 
-#: Record types.
-REC_ADD = 1
-REC_KEY = 2  # data = master key; written when a ledger is first seen
-REC_FENCE = 3
-REC_DELETE = 4
-_VALID_TYPES = frozenset((REC_ADD, REC_KEY, REC_FENCE, REC_DELETE))
-#: Type flag: the record's CRC covers ``crc32c(data)`` in place of the data (format version 3).
-_DATA_CRC = 0x80
-
-_FILE_MAGIC = b"MGJ1"
-_FILE_HDR = struct.Struct("<4sIQ")  # magic, format version, sequence number
-_CRC = struct.Struct("<I")
-_REC_TAIL = struct.Struct("<IBqqq")  # length, type, ledger, entry, lac (the part after the crc)
-REC_HEADER_SIZE = _CRC.size + _REC_TAIL.size
 _ZEROS = bytes(1 << 20)
 #: Records with less data than this are copied into the group's buffer; bigger ones (batches) are
 #: written from their own bytes (``pwritev``), not copied once more on the event loop.
 _INLINE_MAX = 4096
 _IOV_MAX = 1024
-_SUFFIX = ".journal"
-#: An obsolete journal file kept to be reused as a future one (never replayed).
-_FREE_SUFFIX = ".free"
-#: Format version written; version 1 records have CRC seed 0, only version 3 records may have ``_DATA_CRC``.
-_VERSION = 3
 #: Adaptive group wait: a wait that gathered another add earns this much credit, one that did not costs
 #: one; the writer waits while it has credit, and otherwise tries a wait once per probe interval.
 _WAIT_CREDIT_GAIN = 2
@@ -112,32 +91,6 @@ class _Group(NamedTuple):
     new_file: bool
 
 
-class JournalPosition(NamedTuple):
-    """A point in the journal: file sequence number and byte offset inside it."""
-
-    seq: int
-    offset: int
-
-
-class JournalRecord(NamedTuple):
-    """One record found by :meth:`Journal.replay`."""
-
-    type: int
-    ledger_id: int
-    entry_id: int
-    lac: int
-    data: bytes
-
-
-def _file_header(seq: int, version: int = _VERSION) -> bytes:
-    return _FILE_HDR.pack(_FILE_MAGIC, version, seq)
-
-
-def _crc_seed(seq: int, version: int = _VERSION) -> int:
-    """The CRC every record of file ``seq`` starts from: stale records of a reused file fail it."""
-    return 0 if version == 1 else crc32c(_file_header(seq, version))
-
-
 def _write_zeros(fd: int, pos: int, end: int) -> None:
     """Allocate ``[pos, end)`` of ``fd`` by writing zeros, durably."""
     while pos < end:
@@ -151,18 +104,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _journal_files(directory: Path) -> list[tuple[int, Path]]:
-    files = []
-    for p in directory.iterdir():
-        if p.suffix == _SUFFIX:
-            try:
-                files.append((int(p.stem, 16), p))
-            except ValueError:
-                log.warning("ignoring stray file %s in journal directory", p)
-    files.sort()
-    return files
 
 
 class Journal:
@@ -265,47 +206,10 @@ class Journal:
         self.directory.mkdir(parents=True, exist_ok=True)
         for p in self.directory.glob("*.tmp"):
             p.unlink(missing_ok=True)  # an interrupted pre-allocation
-        for seq, path in _journal_files(self.directory):
+        for seq, path in journal_files(self.directory):
             self._seq = max(self._seq, seq)
-            if start is not None and seq < start.seq:
-                continue
-            data = path.read_bytes()
-            if len(data) < _FILE_HDR.size:
-                continue
-            magic, version, hdr_seq = _FILE_HDR.unpack_from(data, 0)
-            if magic != _FILE_MAGIC or hdr_seq != seq or version not in (1, 2, _VERSION):
-                log.warning("journal file %s has a bad header; skipped", path)
-                continue
-            pos = start.offset if start is not None and seq == start.seq else _FILE_HDR.size
-            seed = _crc_seed(seq, version)
-            yield from self._replay_file(path, data, max(pos, _FILE_HDR.size), seed, version)
-
-    @staticmethod
-    def _replay_file(path: Path, data: bytes, pos: int, seed: int, version: int) -> Iterator[JournalRecord]:
-        mv = memoryview(data)
-        end = len(data)
-        count = 0
-        while pos + REC_HEADER_SIZE <= end:
-            (crc,) = _CRC.unpack_from(data, pos)
-            length, rtype, ledger_id, entry_id, lac = _REC_TAIL.unpack_from(data, pos + 4)
-            stop = pos + REC_HEADER_SIZE + length
-            data_crc = rtype & _DATA_CRC and version >= 3
-            if data_crc:
-                rtype &= ~_DATA_CRC
-            if rtype not in _VALID_TYPES or stop > end:
-                break
-            if data_crc:
-                body = crc32c(mv[pos + REC_HEADER_SIZE : stop])
-                valid = crc32c(_CRC.pack(body), crc32c(mv[pos + 4 : pos + REC_HEADER_SIZE], seed)) == crc
-            else:
-                valid = crc32c(mv[pos + 4 : stop], seed) == crc
-            if not valid:
-                log.info("journal %s: torn or corrupt record at offset %d ignored", path.name, pos)
-                break
-            yield JournalRecord(rtype, ledger_id, entry_id, lac, bytes(mv[pos + REC_HEADER_SIZE : stop]))
-            count += 1
-            pos = stop
-        log.debug("journal %s: replayed %d records", path.name, count)
+            if start is None or seq >= start.seq:
+                yield from replay_file(path, seq, start)
 
     # ---------------------------------------------------------------- files
 
@@ -314,7 +218,7 @@ class Journal:
 
         ``patient``: before writing zeros, wait for a free file until the open file is half full, a rotation
         needs this one, or the journal closes (then raise :class:`_PreparationAbandoned`)."""
-        path = self.directory / f"{seq:016x}{_SUFFIX}"
+        path = self.directory / f"{seq:016x}{SUFFIX}"
         tmp = path.with_suffix(".tmp")
         while True:
             try:
@@ -333,8 +237,8 @@ class Journal:
         if fd is None:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                os.write(fd, _file_header(seq))
-                _write_zeros(fd, _FILE_HDR.size, size)
+                os.write(fd, file_header(seq))
+                _write_zeros(fd, FILE_HDR.size, size)
             except BaseException:
                 os.close(fd)
                 raise
@@ -352,7 +256,7 @@ class Journal:
         returns its fd, or None when there is none (a crash leaves ``tmp``, which replay deletes)."""
         while True:
             with self._free_lock:
-                free = sorted(self.directory.glob(f"*{_FREE_SUFFIX}"))
+                free = sorted(self.directory.glob(f"*{FREE_SUFFIX}"))
                 if not free:
                     return None
                 os.rename(free[0], tmp)
@@ -362,7 +266,7 @@ class Journal:
                     os.close(fd)
                     tmp.unlink()
                     continue
-                os.pwrite(fd, _file_header(seq), 0)
+                os.pwrite(fd, file_header(seq), 0)
                 os.fdatasync(fd)
                 # Writes not aligned to pages read a page that is not cached before changing it, on the
                 # writer's path: start reading the file in now (nothing to do when it is still cached).
@@ -391,14 +295,14 @@ class Journal:
     def open(self) -> None:
         """Create a fresh journal file after the existing ones (blocking)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        for seq, _ in _journal_files(self.directory):
+        for seq, _ in journal_files(self.directory):
             self._seq = max(self._seq, seq)
         self._seq += 1
         self._fd = self._create_file(self._seq, self.file_size)
         self._size = self.file_size
-        self._off = _FILE_HDR.size
+        self._off = FILE_HDR.size
         self._synced = JournalPosition(self._seq, self._off)
-        self._q_seq, self._q_off, self._q_seed = self._seq, self._off, _crc_seed(self._seq)
+        self._q_seq, self._q_off, self._q_seed = self._seq, self._off, crc_seed(self._seq)
         self._prepare_next(patient=False)
 
     def _rotate(self) -> None:
@@ -412,7 +316,7 @@ class Journal:
             fd, size = self._create_file(self._seq + 1, self.file_size), self.file_size
         os.close(self._fd)
         self._seq += 1
-        self._fd, self._size, self._off = fd, size, _FILE_HDR.size
+        self._fd, self._size, self._off = fd, size, FILE_HDR.size
         self._prepare_next()
 
     def _extend(self, end: int) -> None:
@@ -424,7 +328,7 @@ class Journal:
         """Let go of journal files wholly before file ``seq`` (blocking): up to ``reuse_files`` are kept as
         ``.free`` files for reuse, the rest deleted. Returns how many files were let go."""
         n = 0
-        for s, path in _journal_files(self.directory):
+        for s, path in journal_files(self.directory):
             if s < seq and s < self._seq:
                 if not self._keep_free(path):
                     path.unlink(missing_ok=True)
@@ -436,12 +340,12 @@ class Journal:
 
     def _keep_free(self, path: Path) -> bool:
         with self._free_lock:
-            if len(list(self.directory.glob(f"*{_FREE_SUFFIX}"))) >= self.reuse_files:
+            if len(list(self.directory.glob(f"*{FREE_SUFFIX}"))) >= self.reuse_files:
                 return False
             try:
                 if path.stat().st_size != self.file_size:
                     return False
-                os.rename(path, path.with_suffix(_FREE_SUFFIX))
+                os.rename(path, path.with_suffix(FREE_SUFFIX))
             except FileNotFoundError:
                 return False
         return True
@@ -507,7 +411,7 @@ class Journal:
         """
         if self._failed is not None or self._stopping:
             raise BookieUnavailableError(f"journal is not writable: {self._failed or 'closing'}")
-        pack_tail, pack_crc = _REC_TAIL.pack, _CRC.pack
+        pack_tail, pack_crc = REC_TAIL.pack, CRC.pack
         file_size = self.file_size
         if crcs is None:
             crcs = [None] * len(entry_ids)
@@ -517,16 +421,16 @@ class Journal:
             for entry_id, head, data, dcrc in zip(entry_ids, heads, datas, crcs, strict=True):
                 n = len(data)
                 rec = REC_HEADER_SIZE + len(head) + n
-                if off + rec > file_size and off > _FILE_HDR.size:  # (a fresh file takes any record)
+                if off + rec > file_size and off > FILE_HDR.size:  # (a fresh file takes any record)
                     self._size_queued += size
                     size = 0
                     self._start_next_file()
-                    buf, seed, off = self._tail, self._q_seed, _FILE_HDR.size
+                    buf, seed, off = self._tail, self._q_seed, FILE_HDR.size
                 if dcrc is None:
                     tail = pack_tail(len(head) + n, rtype, ledger_id, entry_id, lac) + head
                     crc = crc32c(data, crc32c(tail, seed))
                 else:
-                    tail = pack_tail(len(head) + n, rtype | _DATA_CRC, ledger_id, entry_id, lac)
+                    tail = pack_tail(len(head) + n, rtype | DATA_CRC, ledger_id, entry_id, lac)
                     crc = crc32c(pack_crc(dcrc), crc32c(tail, seed))
                     tail += head
                 buf += pack_crc(crc)
@@ -560,8 +464,8 @@ class Journal:
         if self._size_queued or self._futs:
             self._sealed.append(self._cut())
         self._q_seq += 1
-        self._q_off = _FILE_HDR.size
-        self._q_seed = _crc_seed(self._q_seq)
+        self._q_off = FILE_HDR.size
+        self._q_seed = crc_seed(self._q_seq)
         self._new_file = True
 
     def _take(self) -> _Group | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from .api import BookieError
 from .entry_log import EntryLogReader, EntryLogWriter, entry_log_has_data, entry_log_ids, entry_log_path
 from .index import Block, Checkpoint, LedgerIndex, LedgerState
-from .journal import JournalPosition
+from .journal_format import JournalPosition
 
 log = logging.getLogger(__name__)
 

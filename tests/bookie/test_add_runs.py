@@ -14,7 +14,7 @@ from test_journal import replayed, start_journal
 from magnetar.bookie import entry_log
 from magnetar.bookie.api import BookieFencedError, BookieTooManyRequestsError
 from magnetar.bookie.bookie import Bookie
-from magnetar.bookie.journal import REC_ADD
+from magnetar.bookie.journal_format import REC_ADD
 
 
 class Heard:

@@ -15,7 +15,7 @@ from pathlib import Path
 from bookie_helpers import cached
 
 from magnetar.bookie.index import LedgerState
-from magnetar.bookie.journal import JournalPosition
+from magnetar.bookie.journal_format import JournalPosition
 from magnetar.bookie.storage import GIL_SLICE, LedgerStorage, WriteCache
 
 N = 200_000

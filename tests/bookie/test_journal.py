@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.bookie.journal import REC_ADD, REC_FENCE, REC_HEADER_SIZE, Journal
+from magnetar.bookie.journal import Journal
+from magnetar.bookie.journal_format import REC_ADD, REC_FENCE, REC_HEADER_SIZE
 from tests.waiting import eventually
 
 

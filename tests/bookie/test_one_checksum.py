@@ -16,7 +16,7 @@ from test_one_copy import add_parts, entry
 
 from magnetar.bookie import entry_log
 from magnetar.bookie.bookie import Bookie
-from magnetar.bookie.journal import REC_ADD
+from magnetar.bookie.journal_format import REC_ADD
 from magnetar.bookie.storage import KEEP_CRC_FROM
 from magnetar.ledger import digest
 

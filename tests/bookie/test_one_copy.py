@@ -12,7 +12,7 @@ from test_bookie import crash_copy
 from test_journal import replayed, start_journal
 
 from magnetar.bookie.bookie import Bookie
-from magnetar.bookie.journal import REC_ADD
+from magnetar.bookie.journal_format import REC_ADD
 from magnetar.ledger import digest
 
 SIZES = (10, 5000, 128 * 1024)  # inline in the group buffer, and written from their own bytes

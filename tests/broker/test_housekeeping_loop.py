@@ -8,6 +8,7 @@ from typing import Any
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.housekeeping import Housekeeper
+from tests.waiting import eventually
 
 
 async def test_close_meeting_the_end_of_a_check_stops_the_loop() -> None:
@@ -32,11 +33,7 @@ async def test_close_meeting_the_end_of_a_check_stops_the_loop() -> None:
     # A stand-in for the broker service: the TTL check reads only its loaded topics.
     keeper = Housekeeper(SimpleNamespace(config=config, loaded_topics=loaded_topics))  # type: ignore[arg-type]
     keeper.start()
-    for _ in range(200):
-        if closing:
-            break
-        await asyncio.sleep(0.01)
-    assert closing, "the TTL check never ran"
+    await eventually(lambda: closing, within=2.0)  # the TTL check ran (and started the close)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     await asyncio.wait_for(closing[0], 30)
