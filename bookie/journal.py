@@ -47,6 +47,7 @@ from .journal_format import (
     DATA_CRC,
     FILE_HDR,
     FREE_SUFFIX,
+    REC_ADD,
     REC_HEADER_SIZE,
     REC_TAIL,
     SUFFIX,
@@ -56,6 +57,7 @@ from .journal_format import (
     file_header,
     journal_files,
     replay_file,
+    run_record,
 )
 
 log = logging.getLogger(__name__)
@@ -402,48 +404,56 @@ class Journal:
         done: Waiter,
         crcs: Sequence[int | None] | None = None,
     ) -> None:
-        """Queue one record per entry of ``entry_ids`` (data ``heads[i] + datas[i]``, as :meth:`append_cb`
-        takes them) with one waiter: ``done`` is called once, on the event loop, when all of them are durable
+        """Queue the records of ``entry_ids`` (data ``heads[i] + datas[i]``, as :meth:`append_cb` takes them)
+        with one waiter: ``done`` is called once, on the event loop, when all of them are durable
         (the publish hot path journals a whole socket read of a producer's sends this way: one lock, one
         waiter). The records stay in order and may span groups; ``done`` hears when the last group is synced.
         ``crcs[i]``, when given and not None, is ``crc32c(heads[i] + datas[i])``, already computed by the caller
         (for big entries: a small one's record is checksummed over its bytes, which costs less than another CRC).
+        Adds of consecutive entries that are all small go into one ``REC_ADD_RUN`` record; others get one
+        record each.
         """
         if self._failed is not None or self._stopping:
             raise BookieUnavailableError(f"journal is not writable: {self._failed or 'closing'}")
-        pack_tail, pack_crc = REC_TAIL.pack, CRC.pack
-        file_size = self.file_size
-        if crcs is None:
-            crcs = [None] * len(entry_ids)
+        run = None
+        if crcs is None and rtype == REC_ADD and len(entry_ids) > 1 and max(map(len, datas)) < _INLINE_MAX:
+            run = run_record(ledger_id, entry_ids, lac, heads, datas)  # built before taking the lock
         with self._lock:
-            buf, seed, off = self._tail, self._q_seed, self._q_off
-            size = 0
-            for entry_id, head, data, dcrc in zip(entry_ids, heads, datas, crcs, strict=True):
-                n = len(data)
-                rec = REC_HEADER_SIZE + len(head) + n
-                if off + rec > file_size and off > FILE_HDR.size:  # (a fresh file takes any record)
-                    self._size_queued += size
-                    size = 0
-                    self._start_next_file()
-                    buf, seed, off = self._tail, self._q_seed, FILE_HDR.size
-                if dcrc is None:
-                    tail = pack_tail(len(head) + n, rtype, ledger_id, entry_id, lac) + head
-                    crc = crc32c(data, crc32c(tail, seed))
-                else:
-                    tail = pack_tail(len(head) + n, rtype | DATA_CRC, ledger_id, entry_id, lac)
-                    crc = crc32c(pack_crc(dcrc), crc32c(tail, seed))
-                    tail += head
-                buf += pack_crc(crc)
-                buf += tail
-                if n < _INLINE_MAX:
-                    buf += data
-                else:
-                    buf = self._tail = bytearray()
-                    self._parts += (data, buf)
-                size += rec
-                off += rec
-            self._q_off = off
-            self._size_queued += size
+            if run is not None and CRC.size + len(run) <= self.file_size - FILE_HDR.size:
+                self._queue_run(run)
+            else:  # one record per entry
+                pack_tail, pack_crc = REC_TAIL.pack, CRC.pack
+                file_size = self.file_size
+                if crcs is None:
+                    crcs = [None] * len(entry_ids)
+                buf, seed, off = self._tail, self._q_seed, self._q_off
+                size = 0
+                for entry_id, head, data, dcrc in zip(entry_ids, heads, datas, crcs, strict=True):
+                    n = len(data)
+                    rec = REC_HEADER_SIZE + len(head) + n
+                    if off + rec > file_size and off > FILE_HDR.size:  # (a fresh file takes any record)
+                        self._size_queued += size
+                        size = 0
+                        self._start_next_file()
+                        buf, seed, off = self._tail, self._q_seed, FILE_HDR.size
+                    if dcrc is None:
+                        tail = pack_tail(len(head) + n, rtype, ledger_id, entry_id, lac) + head
+                        crc = crc32c(data, crc32c(tail, seed))
+                    else:
+                        tail = pack_tail(len(head) + n, rtype | DATA_CRC, ledger_id, entry_id, lac)
+                        crc = crc32c(pack_crc(dcrc), crc32c(tail, seed))
+                        tail += head
+                    buf += pack_crc(crc)
+                    buf += tail
+                    if n < _INLINE_MAX:
+                        buf += data
+                    else:
+                        buf = self._tail = bytearray()
+                        self._parts += (data, buf)
+                    size += rec
+                    off += rec
+                self._q_off = off
+                self._size_queued += size
             self._futs.append(done)
             if self._size_queued >= self.group_max_bytes:
                 self._sealed.append(self._cut())
@@ -451,6 +461,17 @@ class Journal:
             self._idle = False
         if wake:
             self._wake.put(None)
+
+    def _queue_run(self, run: bytearray) -> None:
+        """Queue a ``REC_ADD_RUN`` record made by :func:`run_record` (caller holds the lock)."""
+        rec = CRC.size + len(run)
+        if self._q_off + rec > self.file_size:
+            self._start_next_file()
+        tail = self._tail
+        tail += CRC.pack(crc32c(run, self._q_seed))
+        tail += run
+        self._q_off += rec
+        self._size_queued += rec
 
     def _cut(self) -> _Group:
         """Close the open group and start the next one (caller holds the lock)."""

@@ -1,4 +1,5 @@
-"""Child process of the kill -9 test: adds entries to a bookie and prints each acknowledged one.
+"""Child process of the kill -9 test: adds entries to a bookie and prints each acknowledged one (ledger 1 one
+add at a time, ledger 2 in runs of 8 adds in one call, which the journal writes as one record).
 
     python kill9_writer.py DATA_DIR
 
@@ -11,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from functools import partial
 from pathlib import Path
 
 from bookie_helpers import KEY, payload, small_config
 
+from magnetar.bookie.api import settle
 from magnetar.bookie.bookie import Bookie
 
 
@@ -27,14 +30,21 @@ async def main(data_dir: Path) -> None:
     out.write("FENCED 3\n")
     out.flush()
 
+    loop = asyncio.get_running_loop()
+
     async def writer(ledger_id: int) -> None:
         eid = 0
         while True:
             # A few adds in flight per ledger: acknowledgements arrive in groups.
-            futs = [
-                bookie.add_entry_nowait(ledger_id, e, KEY, e - 1, payload(ledger_id, e)) for e in range(eid, eid + 8)
-            ]
-            for e, fut in zip(range(eid, eid + 8), futs, strict=True):
+            ids = range(eid, eid + 8)
+            if ledger_id == 1:
+                futs = [bookie.add_entry_nowait(ledger_id, e, KEY, e - 1, payload(ledger_id, e)) for e in ids]
+            else:  # as a publish adds a socket read's sends: all in one call, one journal record for the run
+                run: asyncio.Future[None] = loop.create_future()
+                datas = [payload(ledger_id, e) for e in ids]
+                bookie.add_parts_many(ledger_id, ids, KEY, eid - 1, [b""] * 8, datas, False, partial(settle, run))
+                futs = [run] * 8
+            for e, fut in zip(ids, futs, strict=True):
                 await fut
                 out.write(f"ACK {ledger_id} {e}\n")
             out.write(f"REUSED {bookie.journal.files_reused}\n")
