@@ -18,7 +18,7 @@ from magnetar.broker.errors import (
 from magnetar.broker.producer import Producer
 from magnetar.broker.protocol import commands
 from magnetar.broker.protocol import pulsar_api_pb2 as pb
-from magnetar.broker.protocol.frames import ChecksumMismatchError, Frame, FrameError, verify_entry
+from magnetar.broker.protocol.frames import ChecksumMismatchError, Frame, FrameError, SendFields, verify_entry
 from magnetar.broker.protocol.validate import InvalidMetadataError, check_message_metadata
 from magnetar.broker.topic_name import TopicName
 
@@ -106,7 +106,10 @@ def on_producer(conn: ServerConnection, cmd: T, frame: Frame) -> None:
 
 
 def on_send(conn: ServerConnection, cmd: T, frame: Frame) -> None:
-    s = cmd.send
+    s = frame.send
+    if s is None:  # a SEND the decoder left to protobuf (see plain_send): each field read is a C call, once
+        c = cmd.send
+        s = SendFields(c.producer_id, c.sequence_id, c.num_messages, c.highest_sequence_id, c.is_chunk)
     producer = conn.producers.get(s.producer_id)
     if producer is None or not producer.ready:
         # As Pulsar does: a SEND for an unknown producer, or one not granted yet (a queued
@@ -137,7 +140,6 @@ def on_send(conn: ServerConnection, cmd: T, frame: Frame) -> None:
     if len(data) - 6 > conn.config.max_message_size and not s.is_chunk:
         conn.write(commands.send_error(s.producer_id, s.sequence_id, pb.NotAllowedError, "Exceed maximum message size"))
         return
-    # Each field read is a C call: every one is read once.
     sequence_id, highest, num_messages = s.sequence_id, s.highest_sequence_id, s.num_messages
     if not highest and num_messages > 1:
         # Clients that batch without highest_sequence_id (the C++ client) number a batch's messages

@@ -26,6 +26,7 @@ def test_frames_split_at_any_byte_decode_alike() -> None:
         decoder = FrameDecoder(1 << 20)
         frames = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
         assert [f.command.type for f in frames] == [T.PING, T.SEND, T.SEND, T.SEND]
+        assert [f.send and (f.send.producer_id, f.send.sequence_id) for f in frames] == [None, (1, 0), (1, 1), (1, 2)]
         assert frames[0].entry is None
         for frame, (_, entry) in zip(frames[1:], parts, strict=True):
             assert type(frame.entry) in (bytes, bytearray) and frame.entry == entry
@@ -86,7 +87,7 @@ def test_a_big_entry_is_handed_on_in_the_buffer_it_was_read_into() -> None:
         frames += decoder.buffer_updated(n)
         rest = rest[n:]
     (frame,) = frames
-    assert frame.command.send.sequence_id == 2
+    assert frame.send is not None and frame.send.sequence_id == 2  # read off the wire, not by protobuf
     assert frame.entry is own.obj and buffers == {id(own.obj)}
     assert type(frame.entry) is bytearray and frame.entry == big_entry
     assert verify_entry(frame.entry) is frame.entry
