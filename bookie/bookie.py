@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +34,7 @@ from .api import (
 )
 from .config import BookieConfig
 from .dirlock import DirLock
+from .disk_space import DiskSpaceMonitor
 from .index import LedgerState
 from .journal import Journal
 from .journal_format import REC_ADD, REC_DELETE, REC_FENCE, REC_KEY, JournalPosition
@@ -69,7 +69,13 @@ class Bookie(CallbackAdds):
         self.config = config
         self.status = BookieStatus.NEW
         self._accepting = False
-        self._read_only = False
+        #: Free space below ``min_free_bytes`` makes the bookie read-only (checked by the checkpoint loop).
+        self.disk = DiskSpaceMonitor(
+            (config.journal_dir, config.ledger_dir),  # type: ignore[arg-type]
+            config.min_free_bytes,
+            config.read_timeout_s,
+            config.address,
+        )
         self._forced_read_only = False
         #: The last checkpoint failed (disk full, I/O error): refuse adds until one succeeds.
         self._storage_failed = False
@@ -140,7 +146,7 @@ class Bookie(CallbackAdds):
 
     @property
     def read_only(self) -> bool:
-        return self._read_only or self._forced_read_only or self._storage_failed
+        return self.disk.full or self._forced_read_only or self._storage_failed
 
     def set_read_only(self, read_only: bool) -> None:
         """Refuse (or accept again) new adds, e.g. for maintenance."""
@@ -313,7 +319,7 @@ class Bookie(CallbackAdds):
     def _check_writable(self) -> None:
         if not self._accepting:
             raise BookieUnavailableError(f"bookie {self.address} is {self.status.value}")
-        if self._read_only or self._forced_read_only or self._storage_failed:
+        if self.disk.full or self._forced_read_only or self._storage_failed:
             raise BookieReadOnlyError(f"bookie {self.address} is read-only")
 
     def _add_now(self, args: tuple[int, int, bytes, int, bytes, bytes, bool]) -> asyncio.Future[None]:
@@ -662,7 +668,7 @@ class Bookie(CallbackAdds):
             self.checkpoint_loop_rounds += 1
             now = time.monotonic()
             if jobs.space_check_due(now):
-                await self._check_free_space()
+                await self.disk.check()
             full = self._cache_bytes >= self.config.write_cache_max_bytes
             if (full or self._journal_new_file or jobs.checkpoint_due(now)) and self._flushing is None:
                 self._journal_new_file = False
@@ -685,24 +691,6 @@ class Bookie(CallbackAdds):
                 async with asyncio.timeout(max(at - time.monotonic(), _RETRY_S)):
                     await self._ckpt_wake.wait()
             self._ckpt_wake.clear()
-
-    async def _check_free_space(self) -> None:
-        dirs = {self.config.journal_dir, self.config.ledger_dir}
-        try:
-            async with asyncio.timeout(self.config.read_timeout_s):
-                free = await asyncio.to_thread(lambda: min(shutil.disk_usage(d).free for d in dirs))  # type: ignore[arg-type]
-        except (OSError, TimeoutError) as e:
-            log.warning("free space check failed: %s", e)
-            return
-        read_only = free < self.config.min_free_bytes
-        if read_only != self._read_only:
-            log.warning(
-                "bookie %s is now %s (%d bytes free)",
-                self.address,
-                "read-only" if read_only else "writable",
-                free,
-            )
-            self._read_only = read_only
 
     # ---------------------------------------------------------------- introspection
 
