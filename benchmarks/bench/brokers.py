@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pulsar
 
-from benchmarks.bench.procfs import CpuTimes, free_port, tree_cpu_seconds
+from benchmarks.bench.procfs import CpuTimes, free_port, set_tree_affinity, tree_cpu_seconds
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,6 +49,28 @@ def cpu_affinity(cpus: frozenset[int] | None) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
+def broker_apart(pid: int | None, cpus: frozenset[int] | None) -> Iterator[None]:
+    """Inside the block, the process tree ``pid`` runs on ``cpus`` and this process, with the client
+    processes it starts there, on the other CPUs; both get their CPUs back afterwards."""
+    if cpus is None or pid is None:
+        yield
+        return
+    mine = os.sched_getaffinity(0)
+    try:
+        theirs = os.sched_getaffinity(pid)
+    except OSError:  # gone: the row will say so
+        yield
+        return
+    set_tree_affinity(pid, cpus)
+    os.sched_setaffinity(0, mine - cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+        set_tree_affinity(pid, theirs)
 
 
 class Broker:

@@ -25,6 +25,7 @@ from benchmarks.bench.brokers import (
     MagnetarBroker,
     ManagedBroker,
     PulsarLiteBroker,
+    broker_apart,
     parse_cpus,
     pkg_version,
 )
@@ -110,20 +111,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run the brokers on these CPUs (taskset syntax, e.g. 0) and the clients on all the others, as when "
         "clients run on other machines: on a small machine clients and broker otherwise take each other's cores",
     )
+    ap.add_argument(
+        "--latency-broker-cpus",
+        metavar="LIST",
+        help="for the latency rows only, move the broker under test onto these CPUs (taskset syntax, e.g. 0) "
+        "and start that row's clients on all the others; the other rows share every CPU. A latency row then "
+        "times the broker and not the clients' contention with it, as when clients run on other machines",
+    )
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    if args.latency_broker_cpus is not None:
+        if args.broker_cpus is not None:
+            ap.error("--latency-broker-cpus and --broker-cpus: pin every row, or only the latency rows")
+        if args.service_url and args.broker_pid is None:
+            ap.error("--latency-broker-cpus with --service-url needs --broker-pid")
+        args.latency_broker_cpus = _broker_cpus(ap, "--latency-broker-cpus", args.latency_broker_cpus)
     if args.broker_cpus is not None:
         if args.service_url:
             ap.error("--broker-cpus applies to brokers this script starts, not to --service-url")
-        try:
-            args.broker_cpus = parse_cpus(args.broker_cpus)
-        except ValueError as exc:
-            ap.error(f"--broker-cpus: {exc}")
-        usable = os.sched_getaffinity(0)
-        if not args.broker_cpus <= usable or not usable - args.broker_cpus:
-            ap.error(f"--broker-cpus must leave a CPU for the clients among {sorted(usable)}")
+        args.broker_cpus = _broker_cpus(ap, "--broker-cpus", args.broker_cpus)
     return args
+
+
+def _broker_cpus(ap: argparse.ArgumentParser, option: str, text: str) -> frozenset[int]:
+    """``option``'s CPU list, which must leave the clients a CPU of this process's (else a usage error)."""
+    try:
+        cpus = parse_cpus(text)
+    except ValueError as exc:
+        ap.error(f"{option}: {exc}")
+    usable = os.sched_getaffinity(0)
+    if not cpus <= usable or not usable - cpus:
+        ap.error(f"{option} must leave a CPU for the clients among {sorted(usable)}")
+    return cpus
 
 
 def build_params(args: argparse.Namespace) -> Params:
@@ -166,8 +186,10 @@ class TargetRun:
     RSS is sampled in the background during each row (see ``benchmarks.bench.memory``).
     """
 
-    def __init__(self, broker: Broker, params: Params, run_id: str) -> None:
+    def __init__(self, broker: Broker, params: Params, run_id: str, latency_cpus: frozenset[int] | None = None) -> None:
         self.broker = broker
+        #: CPUs the broker is moved to for latency rows (``--latency-broker-cpus``), or None.
+        self.latency_cpus = latency_cpus
         self.bench = Bench(broker, params, run_id)
         self.result = TargetResult(target=broker.name, service_url=broker.service_url)
         self.sampler_interval = SAMPLE_INTERVAL
@@ -218,8 +240,13 @@ class TargetRun:
         self.bench.round = rnd
         sampler = RssSampler(self.rss_bytes, self.sampler_interval)
         sampler.start()
+        apart = self.latency_cpus if name.startswith("latency-") else None
         try:
-            r = runner(self.bench)
+            with broker_apart(b.pid, apart):
+                r = runner(self.bench)
+            if apart is not None:
+                r.broker_cpus = _cpu_list(apart)
+                r.note += f"; broker on CPU {r.broker_cpus}, clients on the others"
         except Exception as exc:
             r = ScenarioResult(name, "?", 0, False, error=str(exc) or repr(exc))
         finally:
@@ -275,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         # This process and every client worker it starts stay off the brokers' CPUs.
         os.sched_setaffinity(0, os.sched_getaffinity(0) - args.broker_cpus)
         cpus_line = f"cpus: brokers on {_cpu_list(args.broker_cpus)}, clients on {_cpu_list(os.sched_getaffinity(0))}"
+    elif args.latency_broker_cpus:
+        cpus_line = (
+            f"cpus: latency rows with the broker on {_cpu_list(args.latency_broker_cpus)} and the clients on "
+            f"{_cpu_list(os.sched_getaffinity(0) - args.latency_broker_cpus)}; the other rows share them all"
+        )
 
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="magnetar-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -306,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             managed.cpus = args.broker_cpus
             brokers.append(managed)
 
-    runs = [TargetRun(b, params, run_id) for b in brokers]
+    runs = [TargetRun(b, params, run_id, args.latency_broker_cpus) for b in brokers]
     results = [r.result for r in runs]
     interrupted = False
     try:
@@ -362,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_peer_checks("magnetar", "pulsar-lite", checks))
         report["ratios"] = {"numerator": "magnetar", "denominator": "pulsar-lite", "rows": rows, "targets": checks}
     print(f"\ncommand: {command}")
-    if args.broker_cpus:
+    if args.broker_cpus or args.latency_broker_cpus:
         print(f"note: {cpus_line}; other load on the machine still shares them. Compare ratios within one run.")
     else:
         print("note: 2 shared, noisy cores; clients and broker compete for them. Compare ratios within one run.")

@@ -41,6 +41,19 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def set_tree_affinity(root: int, cpus: frozenset[int] | set[int]) -> None:
+    """Move every thread of ``root``'s process tree onto ``cpus`` (threads they start later inherit it).
+    Processes or threads that end meanwhile are skipped."""
+    for pid in process_tree(root):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(tid), cpus)
+
+
 class CpuTimes(NamedTuple):
     """Cumulative CPU seconds of a process tree."""
 

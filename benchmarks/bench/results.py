@@ -67,6 +67,8 @@ class ScenarioResult:
     rss_samples: int | None = None
     note: str = ""
     error: str | None = None
+    #: The CPUs the broker was moved to for this row (``--latency-broker-cpus``), None when it shared them.
+    broker_cpus: str | None = None
     #: Which repetition of the plan this row belongs to (``--repeat``), from 1.
     round: int = 1
 
