@@ -1,9 +1,12 @@
 """The bookie's TCP server: the wire protocol (:mod:`.protocol`) in front of a :class:`Bookie`.
 
-Adds take the bookie's ``add_entry_nowait`` path: no task per add, a done-callback queues the
-response and all responses completed in one loop turn leave in one ``transport.write``. Each
-connection bounds its in-flight adds and pauses reading beyond that (and while the transport's
-write buffer is full), so a fast client cannot grow the bookie's memory without limit.
+Adds take the bookie's ``add_parts_many`` path, as a local publish does: the consecutive adds of one
+ledger in a socket read (a ledger client pipelines a broker's run of entries to each bookie in one
+write) are one call with one waiter, so they are cached and journaled together (entries with
+consecutive ids in one journal record) and answered together. No task per add; all responses completed
+in one loop turn leave in one ``transport.write``. Each connection bounds its in-flight adds and pauses
+reading beyond that (and while the transport's write buffer is full), so a fast client cannot grow the
+bookie's memory without limit.
 """
 
 from __future__ import annotations
@@ -45,6 +48,20 @@ class ServerStats:
     bad_frames: int = 0
     inflight_adds: int = 0
     read_pauses: int = 0
+
+
+@dataclass(slots=True)
+class _AddRun:
+    """Consecutive add requests of one ledger in one socket read, as one call to the bookie."""
+
+    ledger_id: int
+    master_key: bytes
+    recovery: bool
+    #: The highest last-add-confirmed the adds carry: they become durable together.
+    lac: int
+    rids: list[int]
+    entry_ids: list[int]
+    datas: list[bytes]
 
 
 class BookieServerProtocol(asyncio.Protocol):
@@ -116,9 +133,8 @@ class BookieServerProtocol(asyncio.Protocol):
         n = len(chunk)
         unpack = p.HEADER.unpack_from
         max_frame = self._reader.max_frame
-        # Adds accepted from this chunk: one done-callback for all of them (see _adds_done).
-        rids: list[int] = []
-        futs: list[asyncio.Future[None]] = []
+        # Consecutive adds of one ledger go to the bookie as one run (see _submit).
+        run: _AddRun | None = None
         while n - off >= p.HEADER_SIZE and not self._closed:
             length, version, op, rid = unpack(chunk, off)
             if length < p.HEADER_REST or length > max_frame:
@@ -131,103 +147,109 @@ class BookieServerProtocol(asyncio.Protocol):
                 self._fatal(p.E_BAD_VERSION, f"protocol version {version} not supported (speaks {p.PROTOCOL_VERSION})")
                 break
             if op == p.OP_ADD:
-                fut = self._add(rid, chunk, off + p.HEADER_SIZE, end)
-                if fut is not None:
-                    rids.append(rid)
-                    futs.append(fut)
+                run = self._add(run, rid, chunk, off + p.HEADER_SIZE, end)
             else:
+                if run is not None:  # the adds before a request reach the bookie before it
+                    self._submit(run)
+                    run = None
                 self._request(op, rid, chunk[off + p.HEADER_SIZE : end])
             off = end
-        if futs:
-            # The journal resolves futures in append order, so the last one done means all are.
-            # (After a fatal frame too: the callback then only consumes the results.)
-            futs[-1].add_done_callback(partial(self._adds_done, rids, futs))
-            if self._inflight >= self._max_inflight and not self._read_paused:
-                self._update_reading()
+        if run is not None:
+            self._submit(run)
+        if self._inflight >= self._max_inflight and not self._read_paused:
+            self._update_reading()
         if not self._closed:
             self._reader.keep(chunk, off)
 
-    # ---------------------------------------------------------------- requests
+    # ---------------------------------------------------------------- adds
 
-    def _add(self, rid: int, chunk: bytes, start: int, end: int) -> asyncio.Future[None] | None:
-        """Hand one add to the bookie; its journal future, or None if it was answered at once."""
+    def _add(self, run: _AddRun | None, rid: int, chunk: bytes, start: int, end: int) -> _AddRun | None:
+        """Read one add frame into ``run`` (or a new run after submitting ``run``, if it cannot join it);
+        the run now open. A malformed add is answered at once and leaves ``run`` as it was."""
         key_start = start + _ADD_FIXED_SIZE
         if key_start > end:
             self._bad_add(rid, "truncated add request")
-            return None
+            return run
         lid, eid, lac, flags, key_len = _ADD_UNPACK(chunk, start)
         key_end = key_start + key_len
         if key_end > end:
             self._bad_add(rid, "add request key exceeds the frame")
-            return None
+            return run
         if lid < 0 or eid < 0:
             self._bad_add(rid, f"invalid entry {lid}:{eid}")
-            return None
-        data = chunk[key_end:end]
+            return run
         if flags & p.FLAG_ACKS:
             self._acks = True  # the client reads ADD_ACKS: answer its adds in one frame per batch
-        try:
-            fut = self._bookie.add_entry_nowait(lid, eid, chunk[key_start:key_end], lac, data, flags & 1 == 1)
-        except BookieError as e:
-            self._stats.add_errors += 1
-            self._send(p.encode_error(p.OP_ADD, rid, p.code_of(e), str(e)))
-            return None
+        key = chunk[key_start:key_end]
+        recovery = flags & 1 == 1
+        if run is not None and run.ledger_id == lid and run.master_key == key and run.recovery == recovery:
+            run.rids.append(rid)
+            run.entry_ids.append(eid)
+            run.datas.append(chunk[key_end:end])
+            if lac > run.lac:
+                run.lac = lac
+            return run
+        if run is not None:
+            self._submit(run)
+        return _AddRun(lid, key, recovery, lac, [rid], [eid], [chunk[key_end:end]])
+
+    def _submit(self, run: _AddRun) -> None:
+        """Hand a run of adds to the bookie with one waiter. It is stored as a whole: the journal answers
+        a call once, so an error (a fenced ledger, a full or failed journal) is every add's answer."""
+        count = len(run.rids)
         stats = self._stats
-        stats.adds += 1
-        stats.add_bytes += len(data)
-        stats.inflight_adds += 1
-        self._inflight_adds += 1
-        self._inflight += 1
-        return fut
+        try:
+            self._bookie.add_parts_many(
+                run.ledger_id,
+                run.entry_ids,
+                run.master_key,
+                run.lac,
+                (b"",) * count,
+                run.datas,
+                run.recovery,
+                partial(self._adds_done, run.rids),
+            )
+        except BookieError as e:
+            stats.add_errors += count
+            self._refuse(run.rids, e)
+            return
+        stats.adds += count
+        stats.add_bytes += sum(map(len, run.datas))
+        stats.inflight_adds += count
+        self._inflight_adds += count
+        self._inflight += count
+
+    def _refuse(self, rids: list[int], exc: BaseException) -> None:
+        code, message = p.code_of(exc), str(exc)
+        for rid in rids:
+            self._send(p.encode_error(p.OP_ADD, rid, code, message))
 
     def _bad_add(self, rid: int, message: str) -> None:
         self._stats.bad_frames += 1
         self._send(p.encode_error(p.OP_ADD, rid, p.E_BAD_REQUEST, message))
 
-    def _adds_done(self, rids: list[int], futs: list[asyncio.Future[None]], _: object = None) -> None:
-        """Answer a chunk's adds; anything not done yet (out of order) gets a callback of its own."""
+    def _adds_done(self, rids: list[int], exc: BaseException | None) -> None:
+        """A run is durable (``exc`` None) or failed: answer each of its adds (event loop)."""
         if self._closed:
-            for fut in futs:
-                if not fut.done():
-                    fut.add_done_callback(_consume)
-                elif not fut.cancelled():
-                    fut.exception()  # consume it: nobody is left to tell
-            return
-        out = self._out
-        answered = 0
-        late_rids: list[int] = []
-        late_futs: list[asyncio.Future[None]] = []
-        acked: list[int] | None = [] if self._acks else None
-        for rid, fut in zip(rids, futs, strict=True):
-            if not fut.done():
-                late_rids.append(rid)
-                late_futs.append(fut)
-                continue
-            answered += 1
-            if fut.cancelled():
-                out.append(p.encode_error(p.OP_ADD, rid, p.E_UNAVAILABLE, "add cancelled"))
-                continue
-            exc = fut.exception()
-            if exc is None:
-                if acked is not None:
-                    acked.append(rid)
-                else:
-                    out.append(_OK_PACK(7, p.PROTOCOL_VERSION, _ADD_RESPONSE, rid, p.OK))
+            return  # the connection's counts were dropped with it
+        count = len(rids)
+        stats = self._stats
+        if exc is None:
+            if self._acks:
+                self._send(p.encode_add_acks(rids))
             else:
-                self._stats.add_errors += 1
-                out.append(p.encode_error(p.OP_ADD, rid, p.code_of(exc), str(exc)))
-        if acked:
-            out.append(p.encode_add_acks(acked))
-        if late_futs:
-            late_futs[-1].add_done_callback(partial(self._adds_done, late_rids, late_futs))
-        self._inflight -= answered
-        self._inflight_adds -= answered
-        self._stats.inflight_adds -= answered
-        if answered and not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+                for rid in rids:
+                    self._send(_OK_PACK(7, p.PROTOCOL_VERSION, _ADD_RESPONSE, rid, p.OK))
+        else:
+            stats.add_errors += count
+            self._refuse(rids, exc)
+        self._inflight -= count
+        self._inflight_adds -= count
+        stats.inflight_adds -= count
         if self._read_paused and self._inflight <= self._max_inflight // 2:
             self._update_reading()
+
+    # ---------------------------------------------------------------- requests
 
     def _request(self, op: int, rid: int, body: bytes) -> None:
         if op not in p.OPS:
@@ -415,8 +437,3 @@ class BookieServer:
             conn.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(server.wait_closed(), drain_timeout)
-
-
-def _consume(fut: asyncio.Future[None]) -> None:
-    if not fut.cancelled():
-        fut.exception()

@@ -550,3 +550,110 @@ async def test_server_stops_reading_from_disk_for_a_client_that_does_not_read(
     assert server.stats.read_pauses >= 1
     assert read <= 12 * 1024 * 1024, f"{read} bytes read from disk for a client that reads nothing"
     writer.close()
+
+
+class _CallsSpy:
+    """Records the size of each ``add_parts_many`` call and passes it on to the real bookie."""
+
+    def __init__(self, bookie: Bookie) -> None:
+        self.calls: list[tuple[int, list[int]]] = []
+        self._real = bookie.add_parts_many
+
+    def __call__(self, ledger_id: int, entry_ids: list[int], *rest: object) -> None:
+        self.calls.append((ledger_id, list(entry_ids)))
+        self._real(ledger_id, entry_ids, *rest)  # type: ignore[arg-type]
+
+
+async def _acked(reader: asyncio.StreamReader, count: int) -> list[int]:
+    """Request ids of ``count`` adds answered OK, by ADD_ACKS frames or single responses."""
+    acked: list[int] = []
+    for _ in range(count):  # bounded: at most one frame per add
+        if len(acked) == count:
+            break
+        _, op, rid, rest = await _read_frame(reader)
+        if op == p.OP_ADD_ACKS | p.RESPONSE:
+            acked.extend(p.rids_struct(rid).unpack(rest))
+        else:
+            assert (op, rest) == (p.OP_ADD | p.RESPONSE, bytes([p.OK])), (op, rest)
+            acked.append(rid)
+    return acked
+
+
+async def test_adds_of_a_ledger_in_one_read_reach_the_bookie_as_one_run(
+    served: tuple[Bookie, BookieServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client's pipelined adds of one ledger, read in one chunk, are one call to the bookie (one waiter,
+    one journal record for consecutive small entries), answered by one ADD_ACKS frame; the bookie
+    remembers the highest last-add-confirmed they carry."""
+    bookie, server = served
+    spy = _CallsSpy(bookie)
+    monkeypatch.setattr(bookie, "add_parts_many", spy)
+    reader, writer = await _raw(server)
+    try:
+        bodies = [p.encode_add_body(31, e, KEY, e - 1, b"r%d" % e, acks=True) for e in range(60)]
+        writer.write(b"".join(p.add_header(1000 + e, len(b)) + b for e, b in enumerate(bodies)))
+        assert sorted(await _acked(reader, 60)) == list(range(1000, 1060))
+        assert spy.calls == [(31, list(range(60)))]  # ~3 KB written at once on loopback: one read
+        writer.write(p.encode_read_lac(2000, 31))
+        _, op, rid, rest = await _read_frame(reader)
+        assert (op, rid) == (p.OP_READ_LAC | p.RESPONSE, 2000)
+        assert p.LAC_RESP.unpack(rest) == (p.OK, 58, 59)
+    finally:
+        writer.close()
+    c = _client(server)
+    try:
+        got = await c.read_entries(31, 0, 59)
+        assert got == [(e, b"r%d" % e) for e in range(60)]
+    finally:
+        await c.close()
+
+
+async def test_a_run_ends_at_another_ledger_and_before_any_other_request(
+    served: tuple[Bookie, BookieServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bookie, server = served
+    spy = _CallsSpy(bookie)
+    monkeypatch.setattr(bookie, "add_parts_many", spy)
+    reader, writer = await _raw(server)
+    try:
+        frames = [p.encode_add(1, 41, 0, KEY, -1, b"a0"), p.encode_add(2, 41, 1, KEY, 0, b"a1")]
+        frames += [p.encode_add(3, 42, 0, KEY, -1, b"b0")]  # another ledger
+        frames += [p.encode_read(4, 41, 0, 1)]  # sees the adds before it
+        frames += [p.encode_add(5, 41, 2, KEY, 1, b"a2"), p.encode_add(6, 41, 3, KEY, 2, b"a3", recovery=True)]
+        writer.write(b"".join(frames))
+        answers: dict[int, tuple[int, bytes]] = {}
+        for _ in range(6):
+            _, op, rid, rest = await _read_frame(reader)
+            answers[rid] = (op, rest)
+        assert sorted(answers) == [1, 2, 3, 4, 5, 6]
+        assert all(answers[r] == (p.OP_ADD | p.RESPONSE, bytes([p.OK])) for r in (1, 2, 3, 5, 6))
+        op, rest = answers[4]
+        assert op == p.OP_READ | p.RESPONSE and rest[0] == p.OK
+        # The recovery flag is part of a run's identity too: a recovery add is a call of its own.
+        assert spy.calls == [(41, [0, 1]), (42, [0]), (41, [2]), (41, [3])]
+    finally:
+        writer.close()
+
+
+async def test_a_refused_run_answers_every_add_with_the_error(
+    served: tuple[Bookie, BookieServer],
+) -> None:
+    _, server = served
+    c = _client(server)
+    try:
+        await c.add_entry(51, 0, KEY, -1, b"first")
+        await c.fence(51, KEY)
+    finally:
+        await c.close()
+    reader, writer = await _raw(server)
+    try:
+        writer.write(b"".join(p.encode_add(10 + e, 51, e, KEY, e - 1, b"late") for e in range(1, 6)))
+        answers = [await _read_frame(reader) for _ in range(5)]
+        assert sorted(rid for _, _, rid, _ in answers) == [11, 12, 13, 14, 15]
+        assert {(op, rest[0]) for _, op, _, rest in answers} == {(p.OP_ADD | p.RESPONSE, p.E_FENCED)}
+        assert server.stats.add_errors == 5 and server.stats.inflight_adds == 0
+        # Then a recovery run of the fenced ledger is taken, as a whole too.
+        writer.write(b"".join(p.encode_add(20 + e, 51, e, KEY, e - 1, b"r", recovery=True) for e in range(1, 4)))
+        assert sorted(await _acked(reader, 3)) == [21, 22, 23]
+    finally:
+        writer.close()
