@@ -134,13 +134,13 @@ def test_only_the_latency_rows_run_apart(standalone: StandaloneProcess, tmp_path
     one = str(max(USABLE))
     out = tmp_path / "run.json"
     argv = ["--service-url", standalone.service_url, "--broker-pid", str(standalone.proc.pid)]
-    argv += ["--scenarios", "publish-100B,latency-300", "--sizes", "100", "--duration", "1", "--producers", "1"]
+    argv += ["--scenarios", "publish-1KB,latency-300", "--sizes", "1024", "--duration", "1", "--producers", "1"]
     argv += ["--rates", "300", "--latency-duration", "2", "--latency-broker-cpus", one, "--json", str(out)]
     assert main(argv) == 0
     report = json.loads(out.read_text())
     assert f"latency rows with the broker on {one}" in "\n".join(report["header"])
     rows = {r["name"]: r for r in report["targets"][0]["scenarios"]}
-    assert rows["publish-100B"]["broker_cpus"] is None
+    assert rows["publish-1KB"]["broker_cpus"] is None
     assert rows["latency-300"]["broker_cpus"] == one
     assert f"broker on CPU {one}, clients on the others" in rows["latency-300"]["note"]
     assert rows["latency-300"]["errors"] == 0 and rows["latency-300"]["latency_ms"]["samples"] > 0
