@@ -58,18 +58,16 @@ def broker_apart(pid: int | None, cpus: frozenset[int] | None) -> Iterator[None]
     if cpus is None or pid is None:
         yield
         return
-    mine = os.sched_getaffinity(0)
     try:
         theirs = os.sched_getaffinity(pid)
     except OSError:  # gone: the row will say so
         yield
         return
     set_tree_affinity(pid, cpus)
-    os.sched_setaffinity(0, mine - cpus)
     try:
-        yield
+        with cpu_affinity(frozenset(os.sched_getaffinity(0) - cpus)):
+            yield
     finally:
-        os.sched_setaffinity(0, mine)
         set_tree_affinity(pid, theirs)
 
 
